@@ -1,0 +1,253 @@
+"""The SegmentStore contract: what every storage engine provides.
+
+Keys are unsigned 64-bit integers and values are bytes.  Engines that order
+keys as bytes store them big-endian (:func:`encode_key`) so that an ordered
+scan visits keys in numeric order.
+
+Subclasses implement the underscored primitives; the public methods here keep
+the logical counters (:class:`StoreStats`) in one place so every engine counts
+reads and writes the same way.
+"""
+from __future__ import annotations
+
+import abc
+import os
+import struct
+from dataclasses import dataclass, field, fields
+from typing import Iterable, Iterator, Sequence
+
+from prefixbench.harness.errors import ConfigError
+
+_KEY = struct.Struct(">Q")
+MAX_KEY = (1 << 64) - 1
+
+#: durability modes, weakest last.
+#: ``sync``  - an acknowledged write survives power loss (fsync per batch);
+#: ``async`` - an acknowledged write survives a process crash (kill -9): the
+#:             log is written to the OS before the call returns, not fsynced;
+#: ``off``   - no log: acknowledged writes may be lost by a crash.
+DURABILITY_MODES = ("sync", "async", "off")
+
+
+def encode_key(key: int) -> bytes:
+    return _KEY.pack(key)
+
+
+def decode_key(raw: bytes) -> int:
+    return _KEY.unpack(raw)[0]
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    """How to open an engine.  ``path`` is a directory the engine owns."""
+
+    path: str | None = None
+    #: bytes of engine-side cache (block cache, page cache budget, ...)
+    cache_bytes: int = 64 << 20
+    #: bypass the OS page cache for reads where the engine supports it
+    direct_io: bool = False
+    durability: str = "async"
+    #: open an existing store without creating it
+    create: bool = True
+    #: engine-specific extras, e.g. {"write_buffer_bytes": 8 << 20}
+    options: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.durability not in DURABILITY_MODES:
+            raise ConfigError(
+                f"option durability: {self.durability!r} is not one of {', '.join(DURABILITY_MODES)}")
+        if not isinstance(self.cache_bytes, int) or self.cache_bytes < 0:
+            raise ConfigError(f"option cache_bytes: {self.cache_bytes!r} must be an integer >= 0")
+
+
+@dataclass
+class StoreStats:
+    """Logical operations as the index asked for them (not device I/O)."""
+
+    reads: int = 0          # keys looked up (a get_many of n keys counts n)
+    read_calls: int = 0     # get / get_many calls
+    hits: int = 0
+    bytes_read: int = 0
+    writes: int = 0         # keys put
+    write_batches: int = 0
+    deletes: int = 0
+    bytes_written: int = 0
+    scans: int = 0
+    syncs: int = 0
+
+    def as_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+class WriteBatch:
+    """Puts and deletes applied atomically by :meth:`SegmentStore.write`."""
+
+    __slots__ = ("puts", "deletes")
+
+    def __init__(self):
+        self.puts: list[tuple[int, bytes]] = []
+        self.deletes: list[int] = []
+
+    def put(self, key: int, value: bytes) -> None:
+        self.puts.append((key, value))
+
+    def delete(self, key: int) -> None:
+        self.deletes.append(key)
+
+    def __len__(self) -> int:
+        return len(self.puts) + len(self.deletes)
+
+
+class _BatchContext:
+    def __init__(self, store: "SegmentStore"):
+        self._store = store
+        self.batch = WriteBatch()
+
+    def __enter__(self) -> WriteBatch:
+        return self.batch
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None and len(self.batch):
+            self._store.write(self.batch)
+        return False
+
+
+class SegmentStore(abc.ABC):
+    """A u64-keyed byte store.  One instance may be shared by many threads."""
+
+    #: plugin name, e.g. "lmdb"
+    name: str = ""
+    #: True if the data lives only in this process
+    volatile: bool = False
+
+    def __init__(self, config: StoreConfig):
+        self.config = config
+        self._stats = StoreStats()
+        self._closed = False
+
+    # ----- primitives engines implement -------------------------------
+    @abc.abstractmethod
+    def _get(self, key: int) -> bytes | None: ...
+
+    def _get_many(self, keys: Sequence[int]) -> list[bytes | None]:
+        return [self._get(k) for k in keys]
+
+    @abc.abstractmethod
+    def _write(self, puts: Sequence[tuple[int, bytes]], deletes: Sequence[int]) -> None:
+        """Apply puts then deletes as one atomic batch, honouring durability."""
+
+    @abc.abstractmethod
+    def _scan(self, start: int, end: int | None) -> Iterator[tuple[int, bytes]]: ...
+
+    @abc.abstractmethod
+    def _sync(self) -> None: ...
+
+    @abc.abstractmethod
+    def _size_on_disk(self) -> int: ...
+
+    @abc.abstractmethod
+    def _close(self) -> None: ...
+
+    # ----- public API (counts, then delegates) ------------------------
+    def get(self, key: int) -> bytes | None:
+        v = self._get(key)
+        s = self._stats
+        s.reads += 1
+        s.read_calls += 1
+        if v is not None:
+            s.hits += 1
+            s.bytes_read += len(v)
+        return v
+
+    def get_many(self, keys: Sequence[int]) -> list[bytes | None]:
+        """Batch read; engines whose binding releases the GIL do it here."""
+        keys = [int(k) for k in keys]
+        vals = self._get_many(keys) if keys else []
+        s = self._stats
+        s.reads += len(keys)
+        s.read_calls += 1
+        for v in vals:
+            if v is not None:
+                s.hits += 1
+                s.bytes_read += len(v)
+        return vals
+
+    def put(self, key: int, value: bytes) -> None:
+        self.write_items([(key, value)])
+
+    def put_many(self, items: Iterable[tuple[int, bytes]]) -> None:
+        self.write_items(list(items))
+
+    def write_items(self, puts: Sequence[tuple[int, bytes]], deletes: Sequence[int] = ()) -> None:
+        puts = [(_check_key(k), bytes(v)) for k, v in puts]
+        deletes = [_check_key(k) for k in deletes]
+        self._write(puts, deletes)
+        s = self._stats
+        s.writes += len(puts)
+        s.deletes += len(deletes)
+        s.write_batches += 1
+        s.bytes_written += sum(len(v) for _, v in puts)
+
+    def write(self, batch: WriteBatch) -> None:
+        self.write_items(batch.puts, batch.deletes)
+
+    def batch(self) -> _BatchContext:
+        """``with store.batch() as b: b.put(k, v)`` commits atomically on exit."""
+        return _BatchContext(self)
+
+    def delete(self, key: int) -> None:
+        self.write_items((), [key])
+
+    def scan(self, start: int = 0, end: int | None = None) -> Iterator[tuple[int, bytes]]:
+        """Items with ``start <= key < end`` in increasing key order."""
+        self._stats.scans += 1
+        return self._scan(_check_key(start), None if end is None else _check_key(end))
+
+    def sync(self) -> None:
+        self._sync()
+        self._stats.syncs += 1
+
+    def size_on_disk(self) -> int:
+        """Bytes the store occupies on disk (allocated blocks), 0 if in memory."""
+        return self._size_on_disk()
+
+    def stats(self) -> StoreStats:
+        return self._stats
+
+    def reset_stats(self) -> None:
+        self._stats = StoreStats()
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+def _check_key(key) -> int:
+    k = int(key)
+    if not 0 <= k <= MAX_KEY:
+        raise ValueError(f"key {key!r} is not an unsigned 64-bit integer")
+    return k
+
+
+def allocated_bytes(path: str) -> int:
+    """Disk blocks really allocated under ``path`` (``st_blocks * 512``)."""
+    if not path or not os.path.exists(path):
+        return 0
+    if os.path.isfile(path):
+        return os.stat(path).st_blocks * 512
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.stat(os.path.join(root, f)).st_blocks * 512
+            except FileNotFoundError:
+                pass
+    return total

@@ -1,0 +1,3 @@
+from prefixbench.harness.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""prefixbench.reports"""
