@@ -1,0 +1,405 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""Compiled compressed radix tree over block IDs (the exact oracle).
+
+Everything lives in flat C arrays so matching and inserting run without the
+GIL and without touching Python objects:
+
+* node table: per node the edge that leads into it, as ``(start, length)``
+  into the key pool; node 0 is the root (empty edge);
+* key pool (``uint64``) with a parallel metadata pool (``meta_size`` bytes
+  per block): an edge's blocks are one contiguous run of both, so the
+  metadata of a matched edge is one ``memcpy``;
+* child table: open addressing (linear probing) keyed by
+  ``(parent node, first block id of the child's edge)``.
+
+A split never moves pool data: the upper half keeps the run's head, the lower
+half points further into the same run.  Nothing is ever deleted, so the child
+table needs no tombstones; a split re-points one entry and adds one.
+
+A leaf whose sequence is later extended gets a child node (as in SGLang's
+RadixCache) rather than being relocated, so edges never need copying.  The
+pure-Python twin :class:`prefixbench.plugins.radix.RadixTreePy` follows the
+same rules, node for node.
+
+Thread safety: a readers-writer lock (writer-preferring on glibc) guards the
+arrays; it is taken only after the GIL is released and no Python object is
+touched while holding it, so the lock can never deadlock with the GIL.
+Matches run in parallel, inserts exclusively.
+"""
+import numpy as np
+cimport numpy as cnp
+from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdlib cimport free, malloc, realloc
+from libc.string cimport memcpy
+
+from prefixbench.plugins.strategy import Match
+
+cnp.import_array()
+
+cdef extern from *:
+    """
+    #include <pthread.h>
+    typedef struct { pthread_rwlock_t l; } pb_rwlock;
+    static int pb_rwlock_init(pb_rwlock *x) {
+        pthread_rwlockattr_t a;
+        int r;
+        pthread_rwlockattr_init(&a);
+    #if defined(__GLIBC__)
+        /* request threads alternate match/insert: never starve the writer */
+        pthread_rwlockattr_setkind_np(&a, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    #endif
+        r = pthread_rwlock_init(&x->l, &a);
+        pthread_rwlockattr_destroy(&a);
+        return r;
+    }
+    static inline void pb_rdlock(pb_rwlock *x) { pthread_rwlock_rdlock(&x->l); }
+    static inline void pb_wrlock(pb_rwlock *x) { pthread_rwlock_wrlock(&x->l); }
+    static inline void pb_unlock(pb_rwlock *x) { pthread_rwlock_unlock(&x->l); }
+    static inline void pb_rwlock_destroy(pb_rwlock *x) { pthread_rwlock_destroy(&x->l); }
+    """
+    ctypedef struct pb_rwlock:
+        pass
+    int pb_rwlock_init(pb_rwlock *x) nogil
+    void pb_rdlock(pb_rwlock *x) nogil
+    void pb_wrlock(pb_rwlock *x) nogil
+    void pb_unlock(pb_rwlock *x) nogil
+    void pb_rwlock_destroy(pb_rwlock *x) nogil
+
+
+cdef struct Node:
+    int64_t start       # first block of the incoming edge in the pool
+    uint32_t length     # blocks on the incoming edge (0 only for the root)
+    uint32_t pad
+
+
+cdef struct Slot:
+    uint64_t first      # first block id of the child's edge
+    uint32_t parent     # EMPTY when the slot is free
+    uint32_t child
+
+
+cdef uint32_t EMPTY = 0xFFFFFFFFU
+cdef uint32_t MAX_NODES = 0xFFFFFFF0U
+cdef uint64_t HK1 = 0x9E3779B97F4A7C15ULL
+cdef uint64_t HK2 = 0xD6E8FEB86659FD93ULL
+
+
+cdef inline uint64_t _slot_hash(uint32_t parent, uint64_t first) noexcept nogil:
+    cdef uint64_t h = first ^ ((<uint64_t>parent) * HK1)
+    h ^= h >> 31
+    return h * HK2          # the top bits index the table
+
+
+cdef cnp.ndarray as_ids(object obj):
+    """``obj`` as a 1-D aligned, native, contiguous uint64 array (no copy if it is one)."""
+    cdef cnp.ndarray a
+    if cnp.PyArray_Check(obj):
+        a = <cnp.ndarray>obj
+        if (cnp.PyArray_TYPE(a) == cnp.NPY_UINT64 and cnp.PyArray_NDIM(a) == 1
+                and cnp.PyArray_ISCARRAY_RO(a) and cnp.PyArray_ISNOTSWAPPED(a)):
+            return a
+    a = np.ascontiguousarray(obj, dtype=np.uint64)
+    if cnp.PyArray_NDIM(a) != 1:
+        raise ValueError(f"block ids must be a 1-D uint64 array, got shape {(<object>a).shape}")
+    return a
+
+
+cdef cnp.ndarray as_metas(object obj, Py_ssize_t n, Py_ssize_t meta_size):
+    """``obj`` as a contiguous uint8 array of shape (n, meta_size), or ValueError."""
+    cdef cnp.ndarray a
+    if not (cnp.PyArray_Check(obj) and cnp.PyArray_TYPE(<cnp.ndarray>obj) == cnp.NPY_UINT8
+            and cnp.PyArray_ISCARRAY_RO(<cnp.ndarray>obj)):
+        obj = np.ascontiguousarray(obj, dtype=np.uint8)
+    a = <cnp.ndarray>obj
+    if (cnp.PyArray_NDIM(a) != 2 or cnp.PyArray_DIM(a, 0) != n
+            or cnp.PyArray_DIM(a, 1) != meta_size):
+        raise ValueError(
+            f"metas must be a uint8 array of shape ({n}, {meta_size}), got shape {(<object>a).shape}")
+    return a
+
+
+cdef class RadixTree:
+    """Exact compressed radix tree: ``match`` and ``insert`` over chained block IDs."""
+
+    cdef Node* nodes
+    cdef int64_t n_nodes, cap_nodes
+    cdef uint64_t* keys
+    cdef uint8_t* metas
+    cdef int64_t n_pool, cap_pool
+    cdef Slot* slots
+    cdef uint64_t n_slots, slot_mask
+    cdef int slot_shift
+    cdef int64_t n_used
+    cdef readonly Py_ssize_t meta_size
+    cdef pb_rwlock lock
+    cdef bint lock_ok
+
+    def __cinit__(self, Py_ssize_t meta_size=16, Py_ssize_t initial_blocks=1024):
+        if meta_size < 1:
+            raise ValueError(f"meta_size must be >= 1, got {meta_size}")
+        if initial_blocks < 1:
+            initial_blocks = 1
+        self.meta_size = meta_size
+        self.cap_nodes = 64
+        self.nodes = <Node*>malloc(self.cap_nodes * sizeof(Node))
+        self.cap_pool = initial_blocks
+        self.keys = <uint64_t*>malloc(self.cap_pool * sizeof(uint64_t))
+        self.metas = <uint8_t*>malloc(self.cap_pool * meta_size)
+        self.n_slots = 64
+        self.slot_mask = self.n_slots - 1
+        self.slot_shift = 64 - 6
+        self.slots = <Slot*>malloc(self.n_slots * sizeof(Slot))
+        if not (self.nodes and self.keys and self.metas and self.slots):
+            raise MemoryError()
+        cdef uint64_t i
+        for i in range(self.n_slots):
+            self.slots[i].parent = EMPTY
+        self.nodes[0].start = 0
+        self.nodes[0].length = 0
+        self.n_nodes = 1
+        self.n_pool = 0
+        self.n_used = 0
+        if pb_rwlock_init(&self.lock) != 0:
+            raise MemoryError("cannot create the tree lock")
+        self.lock_ok = True
+
+    def __dealloc__(self):
+        free(self.nodes)
+        free(self.keys)
+        free(self.metas)
+        free(self.slots)
+        if self.lock_ok:
+            pb_rwlock_destroy(&self.lock)
+
+    # ---------------------------------------------------------------- child table
+    cdef inline int64_t _child(self, uint32_t parent, uint64_t first) noexcept nogil:
+        """Child of ``parent`` whose edge starts with ``first``, or -1."""
+        cdef uint64_t i = _slot_hash(parent, first) >> self.slot_shift
+        cdef Slot* s
+        while True:
+            s = &self.slots[i]
+            if s.parent == parent and s.first == first:
+                return s.child
+            if s.parent == EMPTY:
+                return -1
+            i = (i + 1) & self.slot_mask
+
+    cdef inline void _set_child(self, uint32_t parent, uint64_t first, uint32_t child) noexcept nogil:
+        """Insert or re-point the entry; capacity was reserved by the caller."""
+        cdef uint64_t i = _slot_hash(parent, first) >> self.slot_shift
+        cdef Slot* s
+        while True:
+            s = &self.slots[i]
+            if s.parent == EMPTY:
+                s.parent = parent
+                s.first = first
+                s.child = child
+                self.n_used += 1
+                return
+            if s.parent == parent and s.first == first:
+                s.child = child
+                return
+            i = (i + 1) & self.slot_mask
+
+    cdef int _grow_slots(self) noexcept nogil:
+        cdef uint64_t new_n = self.n_slots * 2, i, j
+        cdef Slot* old = self.slots
+        cdef uint64_t old_n = self.n_slots
+        cdef Slot* fresh = <Slot*>malloc(new_n * sizeof(Slot))
+        if fresh == NULL:
+            return -1
+        for i in range(new_n):
+            fresh[i].parent = EMPTY
+        self.slots = fresh
+        self.n_slots = new_n
+        self.slot_mask = new_n - 1
+        self.slot_shift -= 1
+        for i in range(old_n):
+            if old[i].parent != EMPTY:
+                j = _slot_hash(old[i].parent, old[i].first) >> self.slot_shift
+                while fresh[j].parent != EMPTY:
+                    j = (j + 1) & self.slot_mask
+                fresh[j] = old[i]
+        free(old)
+        return 0
+
+    # ---------------------------------------------------------------- capacity
+    cdef int _reserve(self, int64_t blocks) noexcept nogil:
+        """Room for one insert: ``blocks`` pool entries, 2 nodes, 2 child entries."""
+        cdef int64_t cap
+        cdef void* p
+        if self.n_pool + blocks > self.cap_pool:
+            cap = self.cap_pool * 2
+            while cap < self.n_pool + blocks:
+                cap *= 2
+            p = realloc(self.keys, cap * sizeof(uint64_t))
+            if p == NULL:
+                return -1
+            self.keys = <uint64_t*>p
+            p = realloc(self.metas, cap * self.meta_size)
+            if p == NULL:
+                return -1
+            self.metas = <uint8_t*>p
+            self.cap_pool = cap
+        if self.n_nodes + 2 > self.cap_nodes:
+            if self.n_nodes + 2 > MAX_NODES:
+                return -2
+            cap = self.cap_nodes * 2
+            p = realloc(self.nodes, cap * sizeof(Node))
+            if p == NULL:
+                return -1
+            self.nodes = <Node*>p
+            self.cap_nodes = cap
+        # keep the load factor at or below 1/2 so probes stay short
+        while (self.n_used + 2) * 2 > <int64_t>self.n_slots:
+            if self._grow_slots() != 0:
+                return -1
+        return 0
+
+    # ---------------------------------------------------------------- core
+    cdef Py_ssize_t _match(self, const uint64_t* q, Py_ssize_t n, uint8_t* out) noexcept nogil:
+        cdef uint32_t cur = 0
+        cdef int64_t c, s
+        cdef Py_ssize_t i = 0, k, length, lim
+        cdef Py_ssize_t ms = self.meta_size
+        cdef const uint64_t* pool = self.keys
+        while i < n:
+            c = self._child(cur, q[i])
+            if c < 0:
+                break
+            s = self.nodes[c].start
+            length = self.nodes[c].length
+            lim = n - i
+            if length < lim:
+                lim = length
+            k = 1
+            while k < lim and pool[s + k] == q[i + k]:
+                k += 1
+            if out != NULL:
+                memcpy(out + i * ms, self.metas + s * ms, k * ms)
+            i += k
+            if k < length:
+                break
+            cur = <uint32_t>c
+        return i
+
+    cdef int _insert(self, const uint64_t* q, Py_ssize_t n, const uint8_t* m) noexcept nogil:
+        """0 if done, -1 out of memory, -2 too many nodes."""
+        cdef uint32_t cur = 0, mid, leaf
+        cdef int64_t c, s
+        cdef Py_ssize_t i = 0, k, length, lim, rest
+        cdef Py_ssize_t ms = self.meta_size
+        cdef int r = self._reserve(n)
+        if r != 0:
+            return r
+        while i < n:
+            c = self._child(cur, q[i])
+            if c < 0:
+                # a new leaf holding the rest of the sequence
+                rest = n - i
+                s = self.n_pool
+                memcpy(self.keys + s, q + i, rest * sizeof(uint64_t))
+                memcpy(self.metas + s * ms, m + i * ms, rest * ms)
+                self.n_pool += rest
+                leaf = <uint32_t>self.n_nodes
+                self.n_nodes += 1
+                self.nodes[leaf].start = s
+                self.nodes[leaf].length = <uint32_t>rest
+                self._set_child(cur, q[i], leaf)
+                return 0
+            s = self.nodes[c].start
+            length = self.nodes[c].length
+            lim = n - i
+            if length < lim:
+                lim = length
+            k = 1
+            while k < lim and self.keys[s + k] == q[i + k]:
+                k += 1
+            if k == length:
+                cur = <uint32_t>c
+                i += k
+                continue
+            if i + k == n:
+                return 0        # the sequence ends inside an edge: all indexed
+            # diverge after k blocks: mid takes the head, c keeps the tail
+            mid = <uint32_t>self.n_nodes
+            self.n_nodes += 1
+            self.nodes[mid].start = s
+            self.nodes[mid].length = <uint32_t>k
+            self.nodes[c].start = s + k
+            self.nodes[c].length = <uint32_t>(length - k)
+            self._set_child(cur, q[i], mid)
+            self._set_child(mid, self.keys[s + k], <uint32_t>c)
+            cur = mid
+            i += k
+        return 0
+
+    # ---------------------------------------------------------------- Python API
+    def match(self, block_ids):
+        """Longest indexed prefix of ``block_ids`` as a :class:`Match` (metas copied)."""
+        cdef cnp.ndarray a = as_ids(block_ids)
+        cdef Py_ssize_t n = cnp.PyArray_DIM(a, 0), got
+        cdef cnp.npy_intp dims[2]
+        dims[0] = n
+        dims[1] = self.meta_size
+        cdef cnp.ndarray out = cnp.PyArray_EMPTY(2, dims, cnp.NPY_UINT8, 0)
+        cdef const uint64_t* q = <const uint64_t*>cnp.PyArray_DATA(a)
+        cdef uint8_t* o = <uint8_t*>cnp.PyArray_DATA(out)
+        with nogil:
+            pb_rdlock(&self.lock)
+            got = self._match(q, n, o)
+            pb_unlock(&self.lock)
+        if got < n:
+            out = out[:got]
+        return Match(got, out)
+
+    def match_len(self, block_ids):
+        """Number of blocks of the longest indexed prefix (no metadata copied)."""
+        cdef cnp.ndarray a = as_ids(block_ids)
+        cdef Py_ssize_t n = cnp.PyArray_DIM(a, 0), got
+        cdef const uint64_t* q = <const uint64_t*>cnp.PyArray_DATA(a)
+        with nogil:
+            pb_rdlock(&self.lock)
+            got = self._match(q, n, NULL)
+            pb_unlock(&self.lock)
+        return got
+
+    def insert(self, block_ids, metas):
+        """Index a sequence; blocks already present keep their first metadata."""
+        cdef cnp.ndarray a = as_ids(block_ids)
+        cdef Py_ssize_t n = cnp.PyArray_DIM(a, 0)
+        cdef cnp.ndarray m = as_metas(metas, n, self.meta_size)
+        cdef const uint64_t* q = <const uint64_t*>cnp.PyArray_DATA(a)
+        cdef const uint8_t* mp = <const uint8_t*>cnp.PyArray_DATA(m)
+        cdef int r
+        if n == 0:
+            return
+        if n > 0xFFFFFFFF:
+            raise ValueError("a sequence of more than 2**32 - 1 blocks")
+        with nogil:
+            pb_wrlock(&self.lock)
+            r = self._insert(q, n, mp)
+            pb_unlock(&self.lock)
+        if r == -1:
+            raise MemoryError("radix tree: out of memory")
+        if r == -2:
+            raise OverflowError("radix tree: more than 2**32 - 16 nodes")
+
+    @property
+    def nodes(self):
+        """Nodes below the root (= edges)."""
+        return self.n_nodes - 1
+
+    @property
+    def entries(self):
+        """Blocks held on all edges (= distinct indexed prefixes)."""
+        return self.n_pool
+
+    @property
+    def nbytes(self):
+        """Bytes allocated for the node table, both pools and the child table."""
+        return (self.cap_nodes * sizeof(Node) + self.cap_pool * (sizeof(uint64_t) + self.meta_size)
+                + self.n_slots * sizeof(Slot))
+
+    def __len__(self):
+        return self.n_pool

@@ -1,0 +1,242 @@
+"""``dram-blockhash`` and ``ssd-blockhash``: one index entry per block (vLLM style).
+
+Both map a chained block ID to its metadata record and match by probing the
+query's ids from the first block until the first miss (SARP paper, 2.2 and
+6.1).  Because a chained id names its whole prefix, that probe returns the
+exact longest indexed prefix (barring 64-bit collisions), so both are
+``exact`` and must agree with the ``radix`` oracle block for block.
+
+* ``dram-blockhash`` keeps the entries in a compiled open-addressing table
+  (:class:`prefixbench.plugins._blockhash.BlockHashTable`, about 32 bytes per
+  entry at the default load); :class:`BlockHashTablePy` is its dict-based
+  reference for the tests.  Thread-safe through the table's own
+  readers-writer lock: matches in parallel without the GIL, inserts exclusive.
+* ``ssd-blockhash`` keeps the same entries in the engine (key = block id,
+  value = the metadata bytes).  Its cost model is the baseline's: one logical
+  store read per probed block, issued one after another (``probe=sequential``);
+  ``probe=batch`` asks for growing chunks with ``get_many`` instead, which may
+  read a few blocks past the first miss.  An insert reads which blocks exist
+  (one ``get_many``) and writes only the missing ones in one batch.  Inserts
+  hold a Python lock so two threads inserting the same new block cannot both
+  write it (first writer wins); matches take no lock.
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from prefixbench.harness.errors import ConfigError, StoreError
+from prefixbench.plugins._blockhash import BlockHashTable
+from prefixbench.plugins.hookspecs import hookimpl
+from prefixbench.plugins.strategy import META_SIZE, IndexStrategy, Match, Option
+
+__all__ = ["BlockHashTable", "BlockHashTablePy", "DramBlockHashStrategy", "SsdBlockHashStrategy"]
+
+
+def _ids(block_ids) -> np.ndarray:
+    a = np.ascontiguousarray(block_ids, dtype=np.uint64)
+    if a.ndim != 1:
+        raise ValueError(f"block ids must be a 1-D uint64 array, got shape {a.shape}")
+    return a
+
+
+def _metas(metas, n: int, meta_size: int) -> np.ndarray:
+    m = np.ascontiguousarray(metas, dtype=np.uint8)
+    if m.shape != (n, meta_size):
+        raise ValueError(f"metas must be a uint8 array of shape ({n}, {meta_size}), "
+                         f"got shape {m.shape}")
+    return m
+
+
+def _check_meta_size(meta_size: int) -> None:
+    if not isinstance(meta_size, int) or meta_size < 1:
+        raise ConfigError(f"option meta_size: {meta_size!r} must be an integer >= 1")
+
+
+class BlockHashTablePy:
+    """Pure-Python reference of :class:`BlockHashTable` (a dict; obvious, slow)."""
+
+    def __init__(self, meta_size: int = META_SIZE, initial_capacity: int = 0, max_load: float = 0.75):
+        self.meta_size = meta_size
+        self._d: dict[int, bytes] = {}
+        self._matches = self._lookups = self._hits = 0
+
+    def match(self, block_ids) -> Match:
+        ids = [int(x) for x in _ids(block_ids)]
+        rows = []
+        for k in ids:
+            v = self._d.get(k)
+            if v is None:
+                break
+            rows.append(v)
+        n = len(rows)
+        self._matches += 1
+        self._lookups += n + (n < len(ids))
+        self._hits += n
+        out = np.frombuffer(b"".join(rows), dtype=np.uint8).reshape(n, self.meta_size).copy()
+        return Match(n, out)
+
+    def insert(self, block_ids, metas) -> int:
+        ids = _ids(block_ids)
+        m = _metas(metas, len(ids), self.meta_size)
+        added = 0
+        for j, k in enumerate(ids.tolist()):
+            if k not in self._d:
+                self._d[k] = m[j].tobytes()
+                added += 1
+        return added
+
+    def lookup(self, block_ids):
+        ids = _ids(block_ids)
+        found = np.zeros(len(ids), dtype=np.bool_)
+        out = np.zeros((len(ids), self.meta_size), dtype=np.uint8)
+        for j, k in enumerate(ids.tolist()):
+            v = self._d.get(k)
+            if v is not None:
+                found[j] = True
+                out[j] = np.frombuffer(v, dtype=np.uint8)
+        return found, out
+
+    def reserve(self, entries: int) -> None:
+        pass
+
+    def __len__(self) -> int:
+        return len(self._d)
+
+    def counters(self) -> dict:
+        return {"matches": self._matches, "lookups": self._lookups, "hits": self._hits}
+
+
+class DramBlockHashStrategy(IndexStrategy):
+    """One in-memory entry per block; probe from the first block until a miss."""
+
+    name = "dram-blockhash"
+    exact = True
+    options = {
+        "initial_capacity": Option(1024, "entries that fit before the first rehash", min=0,
+                                   max=1 << 40),
+        "max_load": Option(0.75, "fill fraction that triggers a doubling rehash", min=0.05,
+                           max=0.95),
+    }
+
+    def __init__(self, store=None, options=None, meta_size: int = META_SIZE):
+        super().__init__(store, options, meta_size)
+        _check_meta_size(meta_size)
+        self._table = BlockHashTable(meta_size, self.opts["initial_capacity"], self.opts["max_load"])
+        self._match = self._table.match
+        self._insert = self._table.insert
+
+    def match(self, block_ids: np.ndarray) -> Match:
+        return self._match(block_ids)
+
+    def insert(self, block_ids: np.ndarray, metas: np.ndarray) -> None:
+        self._insert(block_ids, metas)
+
+    def stats(self) -> dict:
+        t = self._table
+        c = t.counters()
+        m = c["matches"]
+        return {
+            "entries": len(t), "memory_bytes": t.nbytes, "capacity": t.capacity,
+            "matches": m, "probes_per_match": c["lookups"] / m if m else 0.0,
+            "store_reads_per_match": 0.0,
+        }
+
+
+class SsdBlockHashStrategy(IndexStrategy):
+    """Per-block entries in the engine: one logical store read per probed block."""
+
+    name = "ssd-blockhash"
+    needs_store = True
+    exact = True
+    options = {
+        "probe": Option("sequential", "sequential: one get per block until a miss (the "
+                        "baseline); batch: get_many in growing chunks",
+                        choices=("sequential", "batch")),
+        "batch_start": Option(4, "first chunk size for probe=batch (doubles each round)",
+                              min=1, max=1 << 16),
+    }
+
+    def __init__(self, store=None, options=None, meta_size: int = META_SIZE):
+        super().__init__(store, options, meta_size)
+        _check_meta_size(meta_size)
+        self._batch = self.opts["probe"] == "batch"
+        self._insert_lock = threading.Lock()
+        self._count_lock = threading.Lock()
+        self._entries = 0          # blocks written by this instance
+        self._matches = 0
+        self._match_reads = 0
+
+    def _values(self, keys: list) -> tuple[list, int]:
+        """Values of the longest present prefix of ``keys``, and the store reads it took."""
+        vals = []
+        if not self._batch:
+            get = self.store.get
+            for k in keys:
+                v = get(k)
+                if v is None:
+                    break
+                vals.append(v)
+            return vals, len(vals) + (len(vals) < len(keys))
+        get_many = self.store.get_many
+        i, chunk, reads = 0, self.opts["batch_start"], 0
+        while i < len(keys):
+            part = get_many(keys[i:i + chunk])
+            reads += len(part)
+            for v in part:
+                if v is None:
+                    return vals, reads
+                vals.append(v)
+            i += len(part)
+            chunk *= 2
+        return vals, reads
+
+    def match(self, block_ids: np.ndarray) -> Match:
+        keys = _ids(block_ids).tolist()
+        vals, reads = self._values(keys)
+        with self._count_lock:
+            self._matches += 1
+            self._match_reads += reads
+        n, ms = len(vals), self.meta_size
+        if n == 0:
+            return Match.empty(ms)
+        buf = bytearray().join(vals)
+        if len(buf) != n * ms:
+            bad = next(j for j, v in enumerate(vals) if len(v) != ms)
+            raise StoreError(f"ssd-blockhash: the value of block {keys[bad]:#x} in store "
+                             f"{self.store.name!r} has {len(vals[bad])} bytes, expected {ms}")
+        return Match(n, np.frombuffer(buf, dtype=np.uint8).reshape(n, ms))
+
+    def insert(self, block_ids: np.ndarray, metas: np.ndarray) -> None:
+        ids = _ids(block_ids)
+        n, ms = len(ids), self.meta_size
+        raw = _metas(metas, n, ms).tobytes()
+        if n == 0:
+            return
+        keys = ids.tolist()
+        with self._insert_lock:
+            present = self.store.get_many(keys)
+            puts, seen = [], set()
+            for j, (k, v) in enumerate(zip(keys, present)):
+                if v is None and k not in seen:
+                    seen.add(k)
+                    puts.append((k, raw[j * ms:(j + 1) * ms]))
+            if puts:
+                self.store.write_items(puts)
+                self._entries += len(puts)
+
+    def stats(self) -> dict:
+        s = self.store.stats()
+        m = self._matches
+        return {
+            "entries": self._entries, "memory_bytes": 0, "matches": m,
+            "store_reads_per_match": self._match_reads / m if m else 0.0,
+            "store_reads": s.reads, "store_read_calls": s.read_calls, "store_writes": s.writes,
+        }
+
+
+@hookimpl
+def prefixbench_register_strategies(register):
+    register("dram-blockhash", DramBlockHashStrategy)
+    register("ssd-blockhash", SsdBlockHashStrategy)
