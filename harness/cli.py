@@ -1,0 +1,279 @@
+"""The ``prefixbench`` command line.
+
+Every user error (:class:`PrefixbenchError`) is printed as one line on stderr
+with a non-zero exit code and no traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+from prefixbench.harness.errors import ConfigError, PrefixbenchError
+
+EPILOG = "Run 'prefixbench COMMAND --help' for a command's options."
+
+
+def _add_store_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("engine")
+    g.add_argument("--engine", "-e", help="engine for strategies that store their index "
+                   "(see 'prefixbench plugins')")
+    g.add_argument("--engine-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="engine-specific option (repeatable)")
+    g.add_argument("--cache-bytes", default="64MiB",
+                   help="engine cache budget, e.g. 16MiB (default: %(default)s)")
+    g.add_argument("--direct-io", action="store_true", help="bypass the OS page cache for reads")
+    g.add_argument("--durability", choices=("sync", "async", "off"), default="async",
+                   help="sync: survives power loss; async: survives kill -9; off: no log "
+                   "(default: %(default)s)")
+    g.add_argument("--store-dir", help="new or empty directory for the store "
+                   "(default: a temporary directory, removed afterwards)")
+
+
+def _add_workload_options(p: argparse.ArgumentParser, required=True) -> None:
+    p.add_argument("--workload", "-w", required=required,
+                   help="workload name (see 'prefixbench plugins')")
+    p.add_argument("--workload-option", "-W", action="append", default=[], metavar="KEY=VALUE",
+                   help="workload option, e.g. sessions=200 or path=trace.jsonl.gz (repeatable)")
+    p.add_argument("--limit", type=int, help="replay only the first N requests")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="prefixbench",
+        description="Benchmark harness and plugin registry for KVCache prefix indexes.",
+        epilog=EPILOG)
+    parser.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("run", help="replay a workload through a strategy and record pyperf results",
+                       description="Replay a workload through an index strategy (with the exact "
+                       "radix oracle as a shadow), then measure warmed match latency with "
+                       "pyperf.Runner. Unrecognised options (--fast, --rigorous, -p N, -n N, "
+                       "--loops N, ...) are passed to pyperf.",
+                       epilog="Writes OUT.json (times) and OUT.counts.json (counts, sizes); "
+                       "compare runs with 'python -m pyperf compare_to a.json b.json --table'.")
+    p.add_argument("--strategy", "-s", required=True, help="index strategy name")
+    p.add_argument("--strategy-option", "-S", action="append", default=[], metavar="KEY=VALUE",
+                   help="strategy parameter (repeatable)")
+    _add_workload_options(p)
+    _add_store_options(p)
+    p.add_argument("-o", "--output", help="pyperf JSON output file")
+    p.add_argument("--no-runner", action="store_true",
+                   help="skip the pyperf.Runner warmed-match benchmark (one replay only)")
+    p.add_argument("--warm-fraction", type=float, default=0.5,
+                   help="share of requests replayed before the warmed-match benchmark "
+                   "(default: %(default)s)")
+    p.add_argument("--quiet", "-q", action="store_true", dest="quiet_sub", help="no progress bars")
+
+    p = sub.add_parser("plugins", help="list every strategy, engine and workload plugin",
+                       description="List plugins with kind, name, providing package and version.")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+    p = sub.add_parser("workload", help="inspect workloads",
+                       description="Inspect workloads.")
+    wsub = p.add_subparsers(dest="workload_command", metavar="SUBCOMMAND")
+    d = wsub.add_parser("describe", help="print a workload's characteristics table",
+                        description="Print sessions, turns, requests, tokens, unique blocks and "
+                        "the share of 256-token spans with more than three alternatives.")
+    d.add_argument("name", help="workload name")
+    d.add_argument("--workload-option", "-W", action="append", default=[], metavar="KEY=VALUE",
+                   help="workload option (repeatable)")
+    d.add_argument("--json", action="store_true", help="machine-readable output")
+
+    p = sub.add_parser("compare", help="compare pyperf result files (pyperf compare_to --table)",
+                       description="Compare result files with 'python -m pyperf compare_to "
+                       "--table'; the first file is the reference.")
+    p.add_argument("files", nargs="+", help="two or more pyperf JSON files")
+
+    p = sub.add_parser("demo", help="newcomer's job: dram-blockhash vs ssd-blockhash on LMDB",
+                       description="Replay a small synthetic profile through dram-blockhash and "
+                       "ssd-blockhash (on LMDB by default) and print the comparison.")
+    p.add_argument("--workload", "-w", default="lmcache-agent", help="default: %(default)s")
+    p.add_argument("--workload-option", "-W", action="append", default=["sessions=40"],
+                   metavar="KEY=VALUE", help="default: sessions=40")
+    p.add_argument("--engine", "-e", default="lmdb", help="default: %(default)s")
+    p.add_argument("--out-dir", default="results/demo", help="default: %(default)s")
+
+    p = sub.add_parser("hash-bench", help="chained block hashing throughput (Cython vs Python)",
+                       description="Measure chained block-ID hashing in tokens/s for the "
+                       "compiled path and the pure-Python reference on one core.")
+    p.add_argument("--tokens", default="64M", help="tokens for the compiled path (default: %(default)s)")
+    p.add_argument("--block-size", type=int, default=16)
+
+    p = sub.add_parser("engine-bench", help="point-get and batch-get cost per key of an engine",
+                       description="Fill an engine and time get and get_many per key from Python.")
+    p.add_argument("--engine", "-e", required=True)
+    p.add_argument("--keys", type=int, default=100_000)
+    p.add_argument("--value-bytes", type=int, default=16)
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--cache-bytes", default="64MiB")
+    p.add_argument("--direct-io", action="store_true")
+    return parser
+
+
+def _split_argv(argv: list[str], leftover: list[str]) -> list[str]:
+    """argv minus the (ordered) tokens argparse did not recognise."""
+    ours, j = [], 0
+    for a in argv:
+        if j < len(leftover) and a == leftover[j]:
+            j += 1
+        else:
+            ours.append(a)
+    return ours
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args, leftover = parser.parse_known_args(argv)
+    if args.command != "run" and leftover:
+        parser.error(f"unrecognized arguments: {' '.join(leftover)}")
+    if args.command is None:
+        parser.print_help()
+        return 2
+    quiet = args.quiet or getattr(args, "quiet_sub", False)
+    try:
+        return COMMANDS[args.command](args, leftover=leftover, argv=argv, quiet=quiet) or 0
+    except PrefixbenchError as e:
+        print(f"prefixbench: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("prefixbench: interrupted", file=sys.stderr)
+        return 130
+
+
+# ---------------------------------------------------------------- commands
+def cmd_run(args, leftover, argv, quiet):
+    from prefixbench.harness.bench import RunSpec, run
+    from prefixbench.harness.build import parse_kv, parse_size
+
+    if not 0.0 < args.warm_fraction < 1.0:
+        raise ConfigError(f"option --warm-fraction: {args.warm_fraction} must be between 0 and 1")
+    if args.limit is not None and args.limit < 1:
+        raise ConfigError(f"option --limit: {args.limit} must be >= 1")
+    spec = RunSpec(
+        strategy=args.strategy, engine=args.engine, workload=args.workload,
+        strategy_options=parse_kv("--strategy-option", args.strategy_option),
+        workload_options=parse_kv("--workload-option", args.workload_option),
+        engine_options=parse_kv("--engine-option", args.engine_option),
+        cache_bytes=parse_size("--cache-bytes", args.cache_bytes), direct_io=args.direct_io,
+        durability=args.durability, store_dir=args.store_dir, limit=args.limit,
+        warm_fraction=args.warm_fraction)
+    our_argv = _split_argv(argv, leftover)
+    if our_argv and our_argv[0] in ("--quiet", "-q"):
+        our_argv = our_argv[1:]
+    if our_argv and our_argv[0] == "run":
+        our_argv = our_argv[1:]
+    res = run(spec, output=args.output, quiet=quiet, our_argv=our_argv,
+              pyperf_argv=leftover, use_runner=not args.no_runner)
+    if res is not None:
+        from prefixbench.reports.tables import format_replay
+        print(format_replay(spec, res))
+        if args.output:
+            from prefixbench.harness.pyperf_io import counts_path
+            print(f"wrote {args.output} and {counts_path(args.output)}")
+    return 0
+
+
+def cmd_plugins(args, leftover, argv, quiet):
+    from prefixbench.plugins.registry import get_registry
+
+    infos = get_registry().all()
+    if args.json:
+        print(json.dumps([{"kind": i.kind, "name": i.name, "package": i.package,
+                           "version": i.version, "summary": i.summary} for i in infos], indent=1))
+        return 0
+    from prefixbench.reports.tables import format_table
+
+    rows = [(i.kind, i.name, i.package, i.version, i.summary) for i in infos]
+    print(format_table(("kind", "name", "package", "version", "summary"), rows))
+    return 0
+
+
+def cmd_workload(args, leftover, argv, quiet):
+    from prefixbench.harness.bench import make_workload
+    from prefixbench.harness.build import parse_kv
+
+    if args.workload_command != "describe":
+        raise ConfigError("workload: give a subcommand: describe NAME")
+    from prefixbench.workloads.describe import describe, format_table
+
+    wl = make_workload(args.name, parse_kv("--workload-option", args.workload_option))
+    facts = describe(wl)
+    if args.json:
+        print(json.dumps(facts, indent=1, default=str))
+    else:
+        print(format_table(facts))
+    return 0
+
+
+def cmd_compare(args, leftover, argv, quiet):
+    for f in args.files:
+        if not os.path.isfile(f):
+            raise ConfigError(f"compare: {f}: no such file")
+    if len(args.files) < 2:
+        raise ConfigError("compare: give at least two result files")
+    proc = subprocess.run([sys.executable, "-m", "pyperf", "compare_to", *args.files, "--table"],
+                          capture_output=True, text=True)
+    sys.stdout.write(proc.stdout)
+    if proc.returncode:
+        raise ConfigError(f"compare: pyperf compare_to failed: {proc.stderr.strip().splitlines()[-1:]}")
+    return 0
+
+
+def cmd_demo(args, leftover, argv, quiet):
+    from prefixbench.harness.bench import RunSpec, run
+    from prefixbench.harness.build import parse_kv
+    from prefixbench.reports.tables import format_replay
+
+    os.makedirs(args.out_dir, exist_ok=True)
+    opts = parse_kv("--workload-option", args.workload_option)
+    outs = []
+    for strategy in ("dram-blockhash", "ssd-blockhash"):
+        spec = RunSpec(strategy=strategy, engine=args.engine, workload=args.workload,
+                       workload_options=opts)
+        out = os.path.join(args.out_dir, f"{strategy}.json")
+        res = run(spec, output=out, quiet=quiet, our_argv=[], pyperf_argv=[], use_runner=False)
+        print(format_replay(spec, res))
+        outs.append(out)
+    print(f"\n$ python -m pyperf compare_to {' '.join(outs)} --table")
+    proc = subprocess.run([sys.executable, "-m", "pyperf", "compare_to", *outs, "--table"],
+                          capture_output=True, text=True)
+    print(proc.stdout or proc.stderr)
+    return 0
+
+
+def cmd_hash_bench(args, leftover, argv, quiet):
+    from prefixbench.harness.build import parse_size
+    from prefixbench.harness.hashbench import measure, format_result
+
+    n = parse_size("--tokens", args.tokens)
+    if n < args.block_size or args.block_size < 1:
+        raise ConfigError("option --tokens: must be at least one block")
+    print(format_result(measure(n, args.block_size)))
+    return 0
+
+
+def cmd_engine_bench(args, leftover, argv, quiet):
+    from prefixbench.harness.build import parse_size
+    from prefixbench.harness.enginebench import measure_engine
+
+    if args.keys < 1 or args.batch < 1:
+        raise ConfigError("option --keys/--batch: must be >= 1")
+    with tempfile.TemporaryDirectory(prefix="prefixbench-enginebench-") as d:
+        r = measure_engine(args.engine, d, n_keys=args.keys, value_size=args.value_bytes,
+                           batch=args.batch, cache_bytes=parse_size("--cache-bytes", args.cache_bytes),
+                           direct_io=args.direct_io)
+    for k, v in r.items():
+        print(f"{k:>24}: {v}")
+    return 0
+
+
+COMMANDS = {
+    "run": cmd_run, "plugins": cmd_plugins, "workload": cmd_workload, "compare": cmd_compare,
+    "demo": cmd_demo, "hash-bench": cmd_hash_bench, "engine-bench": cmd_engine_bench,
+}

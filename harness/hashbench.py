@@ -1,0 +1,43 @@
+"""Chained block hashing throughput: compiled path vs the pure-Python reference."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from prefixbench.harness import blockids
+
+
+def _best_of(fn, repeat: int) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def measure(n_tokens: int, block_size: int = 16, py_tokens: int = 65536, repeat: int = 3) -> dict:
+    rng = np.random.default_rng(0)
+    toks = rng.integers(0, 32000, size=n_tokens, dtype=np.uint32)
+    small = toks[:py_tokens]
+    t_c = _best_of(lambda: blockids.chain_tokens(toks, block_size, 1), repeat)
+    t_py = _best_of(lambda: blockids.chain_tokens_py(small, block_size, 1), 1)
+    return {
+        "compiled": blockids.COMPILED,
+        "block_size": block_size,
+        "cython_tokens": n_tokens,
+        "cython_tokens_per_s": n_tokens / t_c,
+        "python_tokens": len(small),
+        "python_tokens_per_s": len(small) / t_py,
+        "speedup": (n_tokens / t_c) / (len(small) / t_py),
+    }
+
+
+def format_result(r: dict) -> str:
+    return (f"chained hashing, block size {r['block_size']}, one core\n"
+            f"  Cython : {r['cython_tokens_per_s'] / 1e6:9.1f} M tokens/s "
+            f"({r['cython_tokens']:,} tokens, best of 3)\n"
+            f"  Python : {r['python_tokens_per_s'] / 1e6:9.3f} M tokens/s "
+            f"({r['python_tokens']:,} tokens)\n"
+            f"  ratio  : {r['speedup']:,.0f}x")

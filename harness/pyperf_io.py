@@ -1,0 +1,116 @@
+"""pyperf integration: one-shot figures as pyperf Runs, repeated units via pyperf.Runner.
+
+Benchmark names never contain the strategy or engine (those go in metadata
+and file names), so ``python -m pyperf compare_to a.json b.json --table``
+lines up two strategies or two engines on the same workload.  Times are in
+seconds and land in ``OUT.json``; counts and sizes (integer/byte units) land
+in ``OUT.counts.json`` because compare_to's geometric mean must not mix units.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+
+import pyperf
+
+from prefixbench.harness.replay import ReplayResult
+
+#: (benchmark name, unit, how to read it from a ReplayResult) -- times
+TIME_FIGURES = (
+    ("replay-time-per-request", lambda r: 1.0 / r.throughput if r.throughput else 0.0),
+    ("match-latency-mean", lambda r: r.latency("match")),
+    ("match-latency-p50", lambda r: r.latency("match", 50)),
+    ("match-latency-p99", lambda r: r.latency("match", 99)),
+    ("match-latency-p999", lambda r: r.latency("match", 99.9)),
+    ("insert-latency-mean", lambda r: r.latency("insert")),
+    ("insert-latency-p50", lambda r: r.latency("insert", 50)),
+    ("insert-latency-p99", lambda r: r.latency("insert", 99)),
+    ("insert-latency-p999", lambda r: r.latency("insert", 99.9)),
+)
+
+#: counts and sizes
+COUNT_FIGURES = (
+    ("requests", "integer", lambda r: r.requests),
+    ("prompt-tokens", "integer", lambda r: r.prompt_tokens),
+    ("hit-tokens", "integer", lambda r: r.hit_tokens),
+    ("oracle-hit-tokens", "integer", lambda r: r.oracle_hit_tokens),
+    ("token-hit-rate-ppm", "integer", lambda r: round(r.hit_rate * 1e6)),
+    ("store-reads-per-match", "integer", lambda r: r.reads_per_match),
+    ("store-bytes", "byte", lambda r: r.store_bytes),
+    ("index-memory-bytes", "byte", lambda r: r.strategy_stats.get("memory_bytes", 0)),
+    ("index-entries", "integer", lambda r: r.strategy_stats.get("entries", 0)),
+)
+
+
+def git_commit() -> str:
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        out = subprocess.run(["git", "-C", here, "rev-parse", "HEAD"], capture_output=True,
+                             text=True, timeout=5)
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def versions() -> dict:
+    out = {"python_version": platform.python_version()}
+    from importlib.metadata import PackageNotFoundError, version
+    for pkg in ("prefixbench", "numpy", "pyperf", "lmdb", "rocksdict", "wiredtiger"):
+        try:
+            out[f"{pkg}_version"] = version(pkg)
+        except PackageNotFoundError:
+            pass
+    return out
+
+
+def run_metadata(strategy: str, engine: str | None, workload: str, config: dict) -> dict:
+    """Metadata recorded in every benchmark of a run (str/int/float, one line each)."""
+    md = {
+        "strategy": strategy,
+        "engine": engine or "none",
+        "workload": workload,
+        "config": json.dumps(config, sort_keys=True, default=str),
+        "git_commit": git_commit(),
+        "prefixbench_argv": " ".join(sys.argv[1:])[:500],
+    }
+    md.update(versions())
+    return md
+
+
+def _one_shot(name: str, unit: str, value: float, metadata: dict) -> pyperf.Benchmark | None:
+    if not value or value <= 0:  # pyperf refuses 0; absent means "none happened"
+        return None
+    md = dict(metadata, name=name, unit=unit, loops=1)
+    return pyperf.Benchmark([pyperf.Run([float(value)], metadata=md, collect_metadata=False)])
+
+
+def replay_suites(res: ReplayResult, metadata: dict) -> tuple[list, list]:
+    """(time benchmarks, count/size benchmarks) for one replay."""
+    md = dict(metadata)
+    md.update({
+        "token_hit_rate": round(res.hit_rate, 9),
+        "oracle_hit_rate": round(res.oracle_hit_rate, 9),
+        "hit_rate_loss": round(res.hit_rate_loss, 9),
+        "false_hits": res.false_hits,
+        "throughput_rps": round(res.throughput, 3),
+        "gc": res.gc_mode,
+    })
+    times = [_one_shot(n, "second", f(res), md) for n, f in TIME_FIGURES]
+    counts = [_one_shot(n, u, f(res), md) for n, u, f in COUNT_FIGURES]
+    return [b for b in times if b], [b for b in counts if b]
+
+
+def counts_path(out: str) -> str:
+    root, ext = os.path.splitext(out)
+    return f"{root}.counts{ext or '.json'}"
+
+
+def write_suite(path: str, benchmarks: list) -> None:
+    if not benchmarks:
+        return
+    d = os.path.dirname(os.path.abspath(path))
+    os.makedirs(d, exist_ok=True)
+    pyperf.BenchmarkSuite(benchmarks).dump(path, replace=True)

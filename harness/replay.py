@@ -1,0 +1,183 @@
+"""The replay runner: trace -> block IDs -> strategy -> engine -> metrics.
+
+It follows the SARP paper's method (sessions round-robin; each turn
+``match(context + input)`` then ``insert(context + input + output)``) and runs
+the exact ``radix`` oracle as a shadow in the same replay, so every run
+reports its hit-rate loss against exact matching and counts **false hits**: a
+returned block beyond the oracle's prefix (never inserted for this prefix), or
+whose metadata differs from what was inserted.  Only the strategy's own calls
+are timed; the shadow and the checks sit outside the timed regions.
+"""
+from __future__ import annotations
+
+import gc
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from prefixbench.harness.metas import make_metas
+from prefixbench.harness.progress import progress
+from prefixbench.plugins.strategy import IndexStrategy
+from prefixbench.workloads.model import Workload
+
+
+@dataclass
+class ReplayResult:
+    requests: int = 0
+    prompt_tokens: int = 0
+    hit_tokens: int = 0
+    oracle_hit_tokens: int = 0
+    hit_blocks: int = 0
+    false_hits: int = 0
+    short_matches: int = 0            # requests where the strategy matched less than the oracle
+    store_reads_in_match: int = 0
+    match_ns: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    insert_ns: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    wall_seconds: float = 0.0
+    strategy_stats: dict = field(default_factory=dict)
+    store_stats: dict = field(default_factory=dict)
+    store_bytes: int = 0
+    gc_mode: str = ""
+
+    # ---- derived figures ----------------------------------------------
+    @property
+    def hit_rate(self) -> float:
+        return self.hit_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+    @property
+    def oracle_hit_rate(self) -> float:
+        return self.oracle_hit_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+    @property
+    def hit_rate_loss(self) -> float:
+        """Share of the oracle's hit tokens this strategy did not reuse."""
+        if not self.oracle_hit_tokens:
+            return 0.0
+        return (self.oracle_hit_tokens - self.hit_tokens) / self.oracle_hit_tokens
+
+    @property
+    def busy_seconds(self) -> float:
+        return float(self.match_ns.sum() + self.insert_ns.sum()) / 1e9
+
+    @property
+    def throughput(self) -> float:
+        """Requests per second of strategy time (match + insert)."""
+        return self.requests / self.busy_seconds if self.busy_seconds else 0.0
+
+    @property
+    def reads_per_match(self) -> float:
+        return self.store_reads_in_match / self.requests if self.requests else 0.0
+
+    def latency(self, which: str, q: float | None = None) -> float:
+        """Seconds: mean if ``q`` is None, else the ``q`` percentile (0-100)."""
+        arr = self.match_ns if which == "match" else self.insert_ns
+        if not len(arr):
+            return 0.0
+        v = arr.mean() if q is None else np.percentile(arr, q)
+        return float(v) / 1e9
+
+    def summary(self) -> dict:
+        return {
+            "requests": self.requests,
+            "throughput_rps": self.throughput,
+            "token_hit_rate": self.hit_rate,
+            "oracle_hit_rate": self.oracle_hit_rate,
+            "hit_rate_loss": self.hit_rate_loss,
+            "false_hits": self.false_hits,
+            "match_mean_s": self.latency("match"),
+            "match_p50_s": self.latency("match", 50),
+            "match_p99_s": self.latency("match", 99),
+            "insert_mean_s": self.latency("insert"),
+            "store_reads_per_match": self.reads_per_match,
+            "store_bytes": self.store_bytes,
+        }
+
+
+def replay(strategy: IndexStrategy, workload: Workload, *, oracle: IndexStrategy | None = None,
+           limit: int | None = None, quiet: bool = True, desc: str = "replay",
+           freeze_gc: bool = True, check: bool = True) -> ReplayResult:
+    """Replay ``workload`` through ``strategy`` (and the shadow ``oracle``)."""
+    if oracle is None and check:
+        from prefixbench.plugins.radix import RadixStrategy
+        oracle = RadixStrategy(meta_size=strategy.meta_size)
+    res = ReplayResult()
+    total = len(workload) if limit is None else min(limit, len(workload))
+    match_ns = np.zeros(total, dtype=np.int64)
+    insert_ns = np.zeros(total, dtype=np.int64)
+    store = strategy.store
+    block_size = workload.block_size
+    meta_size = strategy.meta_size
+    clock = time.perf_counter_ns
+
+    res.gc_mode = _quiet_gc(freeze_gc)
+    t_wall = time.perf_counter()
+    bar = progress(total, desc, quiet)
+    i = 0
+    try:
+        for req in workload.requests():
+            if i >= total:
+                break
+            q = req.match_ids
+            reads0 = store._stats.reads if store is not None else 0
+            t0 = clock()
+            m = strategy.match(q)
+            t1 = clock()
+            if store is not None:
+                res.store_reads_in_match += store._stats.reads - reads0
+            n = m.n_blocks
+            res.hit_blocks += n
+            res.hit_tokens += min(n * block_size, req.prompt_tokens)
+            res.prompt_tokens += req.prompt_tokens
+            if check:
+                om = oracle.match(q)
+                on = om.n_blocks
+                res.oracle_hit_tokens += min(on * block_size, req.prompt_tokens)
+                if n > on:
+                    res.false_hits += n - on
+                elif n < on:
+                    res.short_matches += 1
+                k = min(n, on)
+                if k and not np.array_equal(m.metas[:k], om.metas[:k]):
+                    res.false_hits += int((m.metas[:k] != om.metas[:k]).any(axis=1).sum())
+            ids = req.insert_ids
+            metas = make_metas(ids, i, meta_size)
+            t2 = clock()
+            strategy.insert(ids, metas)
+            t3 = clock()
+            if check:
+                oracle.insert(ids, metas)
+            match_ns[i] = t1 - t0
+            insert_ns[i] = t3 - t2
+            i += 1
+            bar.update(1)
+    finally:
+        bar.close()
+        _restore_gc(freeze_gc)
+    res.wall_seconds = time.perf_counter() - t_wall
+    res.requests = i
+    res.match_ns = match_ns[:i]
+    res.insert_ns = insert_ns[:i]
+    if not check:
+        res.oracle_hit_tokens = res.hit_tokens
+    res.strategy_stats = strategy.stats()
+    if store is not None:
+        res.store_stats = store.stats().as_dict()
+        res.store_bytes = store.size_on_disk()
+    return res
+
+
+def _quiet_gc(freeze: bool) -> str:
+    """Keep full collections out of timed regions; say what was done."""
+    if not freeze:
+        return "enabled"
+    gc.collect()
+    gc.freeze()
+    gc.disable()
+    return "frozen+disabled during replay"
+
+
+def _restore_gc(freeze: bool) -> None:
+    if freeze:
+        gc.enable()
+        gc.unfreeze()

@@ -1,0 +1,148 @@
+"""The CLI end to end: runs, pyperf output, and every bad-input path."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+SMALL = ["-w", "ultrachat", "-W", "sessions=20"]
+
+
+def _one_line_error(code, err, *needles):
+    assert code != 0
+    lines = [ln for ln in err.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1, err
+    assert lines[0].startswith("prefixbench: error:")
+    assert "Traceback" not in err
+    for n in needles:
+        assert n in lines[0], (n, lines[0])
+
+
+def test_run_writes_pyperf_suites(run_cli, tmp_path):
+    out = tmp_path / "r.json"
+    code, stdout, err = run_cli("--quiet", "run", "-s", "dram-blockhash", *SMALL, "--no-runner",
+                                "-o", out)
+    assert code == 0, err
+    assert "false hits" in stdout
+    import pyperf
+    suite = pyperf.BenchmarkSuite.load(str(out))
+    names = suite.get_benchmark_names()
+    assert "match-latency-mean" in names and "match-latency-p999" in names
+    for b in suite.get_benchmarks():
+        assert b.get_unit() == "second"
+        md = b.get_metadata()
+        assert md["strategy"] == "dram-blockhash" and md["workload"] == "ultrachat"
+        assert "git_commit" in md and "numpy_version" in md and json.loads(md["config"])
+        assert "dram" not in b.get_name() and "blockhash" not in b.get_name()
+    counts = pyperf.BenchmarkSuite.load(str(tmp_path / "r.counts.json"))
+    units = {b.get_name(): b.get_unit() for b in counts.get_benchmarks()}
+    assert units["hit-tokens"] == "integer" and units["index-memory-bytes"] == "byte"
+    hit = counts.get_benchmark("hit-tokens").mean()
+    oracle = counts.get_benchmark("oracle-hit-tokens").mean()
+    assert hit == oracle > 0
+
+
+def _run_subprocess(args, cwd):
+    return subprocess.run([sys.executable, "-m", "prefixbench", *args], cwd=cwd,
+                          capture_output=True, text=True)
+
+
+def test_pyperf_runner_and_compare_to(tmp_path):
+    """Two strategies, same workload: pyperf compare_to lines them up by name."""
+    files = []
+    for strat, extra in (("dram-blockhash", []), ("ssd-blockhash", ["-e", "lmdb"])):
+        out = tmp_path / f"{strat}.json"
+        p = _run_subprocess(["--quiet", "run", "-s", strat, *extra, *SMALL, "-o", str(out),
+                             "--processes", "2", "--values", "2", "--warmups", "0",
+                             "--loops", "1"], tmp_path)
+        assert p.returncode == 0, p.stderr
+        files.append(str(out))
+    import pyperf
+    warm = pyperf.BenchmarkSuite.load(files[0]).get_benchmark("match-latency-warm")
+    assert len(warm.get_values()) == 4 and warm.get_unit() == "second"
+    assert warm.get_metadata()["strategy"] == "dram-blockhash"
+    cmp = subprocess.run([sys.executable, "-m", "pyperf", "compare_to", *files, "--table"],
+                         capture_output=True, text=True)
+    assert cmp.returncode == 0, cmp.stderr
+    assert "match-latency-mean" in cmp.stdout
+    assert "no benchmark in common" not in cmp.stdout.lower()
+
+
+def test_unknown_plugin_names(run_cli):
+    code, _, err = run_cli("run", "-s", "nosuch", *SMALL, "--no-runner")
+    _one_line_error(code, err, "nosuch", "dram-blockhash", "radix")
+    code, _, err = run_cli("run", "-s", "ssd-blockhash", "-e", "nodb", *SMALL, "--no-runner")
+    _one_line_error(code, err, "nodb", "lmdb")
+    code, _, err = run_cli("run", "-s", "radix", "-w", "nowl", "--no-runner")
+    _one_line_error(code, err, "nowl", "codeact")
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--limit", "0"], "--limit"),
+    (["--warm-fraction", "1.5"], "--warm-fraction"),
+    (["--cache-bytes", "lots"], "--cache-bytes"),
+    (["-S", "nosuch=1"], "nosuch"),
+    (["-S", "noequals"], "--strategy-option"),
+    (["-W", "sessions=-3"], "sessions"),
+])
+def test_out_of_range_options(run_cli, args, needle):
+    code, _, err = run_cli("run", "-s", "dram-blockhash", *SMALL, "--no-runner", *args)
+    _one_line_error(code, err, needle)
+
+
+def test_unwritable_store_path(run_cli, tmp_path):
+    f = tmp_path / "file"
+    f.write_text("keep me")
+    code, _, err = run_cli("run", "-s", "ssd-blockhash", "-e", "lmdb", *SMALL, "--no-runner",
+                           "--store-dir", f / "sub")
+    _one_line_error(code, err, str(f / "sub"))
+    assert f.read_text() == "keep me"
+
+
+def test_non_empty_store_dir_is_refused_and_kept(run_cli, tmp_path):
+    d = tmp_path / "store"
+    d.mkdir()
+    (d / "precious").write_bytes(b"data")
+    code, _, err = run_cli("run", "-s", "ssd-blockhash", "-e", "lmdb", *SMALL, "--no-runner",
+                           "--store-dir", d)
+    _one_line_error(code, err, str(d), "not empty")
+    assert (d / "precious").read_bytes() == b"data"
+
+
+def test_missing_optional_engine_dependency(tmp_path):
+    code = ("import sys; sys.modules['wiredtiger'] = None;"
+            "from prefixbench.harness.cli import main;"
+            "sys.exit(main(['--quiet', 'run', '-s', 'ssd-blockhash', '-e', 'wiredtiger',"
+            " '-w', 'ultrachat', '-W', 'sessions=5', '--no-runner']))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    _one_line_error(p.returncode, p.stderr, "prefixbench[wiredtiger]")
+
+
+def test_malformed_trace_line_names_file_and_line(run_cli, tmp_path):
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"hash_ids": [1, 2, 3], "input_length": 1500, "output_length": 1}\n'
+                     '{"hash_ids": [1, 2, oops\n')
+    code, _, err = run_cli("run", "-s", "radix", "-w", "mooncake", "-W", f"path={trace}",
+                           "--no-runner")
+    _one_line_error(code, err, f"{trace}:2")
+
+
+def test_help_on_every_command(run_cli):
+    for cmd in (["run"], ["plugins"], ["workload"], ["workload", "describe"], ["compare"],
+                ["demo"], ["hash-bench"], ["engine-bench"]):
+        with pytest.raises(SystemExit) as e:
+            run_cli(*cmd, "--help")
+        assert e.value.code == 0
+
+
+def test_workload_describe(run_cli):
+    code, out, err = run_cli("workload", "describe", "ultrachat", "-W", "sessions=20")
+    assert code == 0, err
+    assert "sessions" in out and "unique blocks" in out.lower()
+
+
+def test_hash_bench(run_cli):
+    code, out, err = run_cli("hash-bench", "--tokens", "64K")
+    assert code == 0, err
+    assert "Cython" in out and "Python" in out
