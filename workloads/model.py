@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
-from prefixbench.harness.blockids import DEFAULT_BLOCK_SIZE
+from prefixbench.harness.blockids import DEFAULT_BLOCK_SIZE, chain_tokens, namespace_seed
 
 
 @dataclass
@@ -63,3 +63,101 @@ class Workload(abc.ABC):
     def metadata(self) -> dict:
         """Parameters that identify this workload, recorded with every result."""
         return {"workload": self.name, "block_size": self.block_size}
+
+
+def resolve_parents(session: Session) -> np.ndarray:
+    """Each turn's parent as an index, ``-1`` for a root turn.
+
+    ``Turn.parent`` of -1 means the previous turn (a root for turn 0) and
+    None a root; any other value must name an earlier turn.
+    """
+    out = np.empty(len(session.turns), dtype=np.int64)
+    for t, turn in enumerate(session.turns):
+        p = turn.parent
+        if p is None:
+            out[t] = -1
+        elif p == -1:
+            out[t] = t - 1
+        elif 0 <= p < t:
+            out[t] = p
+        else:
+            raise ValueError(f"turn {t}: parent {p!r} is not an earlier turn of its session")
+    return out
+
+
+_NO_TOKENS = np.empty(0, dtype=np.uint32)
+_NO_IDS = np.empty(0, dtype=np.uint64)
+
+
+def replay_turns(parents: Sequence[np.ndarray],
+                 tokens: Callable[[int, int], tuple[np.ndarray, np.ndarray]],
+                 block_size: int, h0: int) -> Iterator[Request]:
+    """Requests of sessions in the paper's replay order, ids chained incrementally.
+
+    ``parents[i][t]`` is turn t's parent in session i (-1: root) and
+    ``tokens(i, t)`` its ``(input, output)`` tokens, asked for once, in replay
+    order.  A turn hashes only its new tokens (after the partial last block
+    of its parent) from the parent's last chained id; the state of a turn is
+    kept only until the last turn that continues it.
+    """
+    n_sess = len(parents)
+    last_use = []
+    for par in parents:
+        lu = np.full(len(par), -1, dtype=np.int64)
+        child = np.nonzero(par >= 0)[0]
+        np.maximum.at(lu, par[child], child)
+        last_use.append(lu.tolist())
+    plist = [p.tolist() for p in parents]
+    # per session: turn -> (full-block ids, partial tail tokens, total tokens)
+    state: list[dict[int, tuple[np.ndarray, np.ndarray, int]]] = [{} for _ in range(n_sess)]
+    active = [i for i in range(n_sess) if len(plist[i])]
+    t = 0
+    while active:
+        for i in active:
+            inp, out = tokens(i, t)
+            par = plist[i][t]
+            if par < 0:
+                ctx_ids, tail, ctx_tokens, h = _NO_IDS, _NO_TOKENS, 0, h0
+            else:
+                ctx_ids, tail, ctx_tokens = state[i][par]
+                h = int(ctx_ids[-1]) if len(ctx_ids) else h0
+            new = np.concatenate((tail, inp, out)) if len(tail) else np.concatenate((inp, out))
+            new_ids = chain_tokens(new, block_size, h)
+            ids = np.concatenate((ctx_ids, new_ids)) if len(ctx_ids) else new_ids
+            prompt = ctx_tokens + len(inp)
+            if last_use[i][t] > t:
+                state[i][t] = (ids, new[len(new_ids) * block_size:], prompt + len(out))
+            if par >= 0 and last_use[i][par] <= t:
+                del state[i][par]
+            yield Request(i, t, ids[:prompt // block_size], ids, prompt)
+        t += 1
+        active = [i for i in active if len(plist[i]) > t]
+
+
+class SessionWorkload(Workload):
+    """In-memory sessions (token-id traces, hand-built test cases), replayed
+    round-robin with chained ids from ``h_0 = namespace_seed(namespace)``."""
+
+    def __init__(self, sessions: Sequence[Session], *, block_size: int = DEFAULT_BLOCK_SIZE,
+                 namespace: str = "", name: str = "sessions"):
+        if block_size < 1:
+            raise ValueError(f"block_size must be at least 1, got {block_size}")
+        self.sessions = list(sessions)
+        self.block_size = int(block_size)
+        self.namespace = namespace
+        self.name = name
+        self.h0 = namespace_seed(namespace)
+        self._parents = [resolve_parents(s) for s in self.sessions]
+
+    def requests(self) -> Iterator[Request]:
+        def tokens(i: int, t: int):
+            turn = self.sessions[i].turns[t]
+            return (np.asarray(turn.input_tokens, dtype=np.uint32),
+                    np.asarray(turn.output_tokens, dtype=np.uint32))
+        return replay_turns(self._parents, tokens, self.block_size, self.h0)
+
+    def __len__(self) -> int:
+        return sum(len(s.turns) for s in self.sessions)
+
+    def metadata(self) -> dict:
+        return {"workload": self.name, "block_size": self.block_size, "namespace": self.namespace}

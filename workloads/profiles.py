@@ -1,0 +1,222 @@
+"""The four synthetic workload profiles, shaped like the SARP paper's data sets.
+
+Every knob of :mod:`prefixbench.workloads.synthetic` lives here, one frozen
+dataclass per profile, so the shape of each workload can be read (and argued
+about) in one place.  Lengths are in tokens; a ``(lo, hi)`` pair is drawn
+log-uniformly per message, which gives the long right tail real chat and tool
+messages have.  Token ids are uniform below ``vocab`` (Llama-2's 32,000), so
+two messages share blocks only where the profile makes them share a prefix:
+
+* a shared **system prompt** (agents) - every session through it is one path;
+* a shared **task prompt** after it (CodeAct: several trajectories per task);
+* a pooled **opener** at the start of the first user message (UltraChat's
+  colliding openings; a rare duplicate opening in EABF);
+* **forks**: a turn that continues an earlier turn instead of the last one.
+
+Only ``sessions``, ``seed`` and ``length_scale`` are meant to be overridden
+(the ``sessions=``, ``scale=``, ``seed=``, ``length_scale=`` workload options);
+the other knobs are the calibration.
+
+Calibration
+-----------
+:func:`prefixbench.workloads.describe.describe` on the default sizes (block
+size 16, seed 0; the range over seeds 0-2 in brackets) against the paper:
+spans with more than three alternatives (section 3.2), candidates per
+routing entry before filtering (Table 4; ours is a base-routing-point proxy,
+see :mod:`.describe`), and candidates ruled out by the block right after
+the routing point (section 4.2, Figure 3; the paper: 93% stop matching at
+the 14th token, CodeAct only)::
+
+    profile        spans > 3 alternatives         candidates / routing entry   ruled out
+                   measured              paper    measured             paper   by next block
+    codeact        21.31% (21.3-23.1)    21.31%   59.6 (53.2-61.5)     59.3    96.4% (paper 93%)
+    lmcache-agent   0.59% (0.58-0.60)     0.60%    1.81 (1.80-1.81)     1.78   -
+    eabf            1.78% (1.73-1.87)     1.78%    1.02 (1.02-1.06)     1.01   -
+    ultrachat      16.88% (16.55-16.88)  16.85%   24.2 (21.4-24.2)     24.3   -
+
+Both statistics depend on size: the share of spans on session length, the
+candidate counts on how many sessions share a prefix.  Runs with more
+``sessions=`` keep the span share and grow the candidate sets (as a larger
+data set would); ``length_scale`` changes both.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields, replace
+
+from prefixbench.harness.errors import ConfigError
+
+Range = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Knobs common to all profiles; the subclasses below set their values."""
+
+    name: str = "synthetic"
+    summary: str = ""
+
+    # -- size and reproducibility (the user-facing knobs) -------------------
+    sessions: int = 100          # sessions generated; the size knob for benchmark runs
+    seed: int = 0                # same seed -> identical token streams
+    length_scale: float = 1.0    # multiplies every length below (longer contexts)
+    vocab: int = 32_000          # token ids are uniform in [0, vocab)
+
+    # -- turns: how long histories grow --------------------------------------
+    turns: Range = (1, 1)                 # turns per session, uniform inclusive
+    first_input_tokens: Range = (0, 0)    # the session's own first message (after shared prefixes)
+    input_tokens: Range = (0, 0)          # new user / tool tokens of every later turn
+    output_tokens: Range = (0, 0)         # model output tokens of every turn
+
+    # -- cross-session sharing: where alternatives come from -----------------
+    system_prompts: int = 0               # distinct shared system prompts (0: none)
+    system_tokens: Range = (0, 0)         # length of each system prompt
+    sessions_per_task: float = 1.0        # mean sessions sharing one task prompt (1: unshared)
+    task_tokens: Range = (0, 0)           # task prompt after the system prompt (0: none)
+    openers: int = 0                      # pool of conversation openings sessions may share
+    opener_tokens: Range = (0, 0)         # length of each pooled opening
+    opener_share: float = 0.0             # probability a session starts with a pooled opening
+    opener_skew: float = 1.0              # Zipf exponent of opening popularity (0: uniform)
+
+    # -- within-session branching --------------------------------------------
+    fork_prob: float = 0.0                # probability a turn continues a random earlier turn
+    fork_fanout: Range = (1, 1)           # turns that retry from the same earlier turn
+
+    def validate(self) -> "Profile":
+        """Raise :class:`ConfigError` naming the first knob out of range."""
+        _check(self.sessions >= 1, "sessions", f"must be at least 1, got {self.sessions}")
+        _check(0 <= self.seed < 2**63, "seed", f"must be in [0, 2**63), got {self.seed}")
+        _check(math.isfinite(self.length_scale) and 0 < self.length_scale <= 1000,
+               "length_scale", f"must be in (0, 1000], got {self.length_scale}")
+        _check(2 <= self.vocab <= 2**32, "vocab", f"must be in [2, 2**32], got {self.vocab}")
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, tuple):
+                lo, hi = value
+                _check(0 <= lo <= hi, f.name, f"needs 0 <= lo <= hi, got {value}")
+        _check(self.turns[0] >= 1, "turns", f"needs at least one turn, got {self.turns}")
+        _check(self.fork_fanout[0] >= 1, "fork_fanout", f"needs at least 1, got {self.fork_fanout}")
+        _check(self.system_prompts >= 0, "system_prompts", f"must be >= 0, got {self.system_prompts}")
+        _check(self.openers >= 0, "openers", f"must be >= 0, got {self.openers}")
+        _check(self.sessions_per_task >= 1, "sessions_per_task",
+               f"must be >= 1, got {self.sessions_per_task}")
+        for knob in ("opener_share", "fork_prob"):
+            v = getattr(self, knob)
+            _check(0.0 <= v <= 1.0, knob, f"must be a probability in [0, 1], got {v}")
+        _check(self.opener_skew >= 0, "opener_skew", f"must be >= 0, got {self.opener_skew}")
+        return self
+
+    @property
+    def tasks(self) -> int:
+        """Number of distinct task prompts (sessions are spread over them)."""
+        return max(1, round(self.sessions / self.sessions_per_task))
+
+
+def _check(ok: bool, knob: str, what: str) -> None:
+    if not ok:
+        raise ConfigError(f"option {knob}: {what}")
+
+
+@dataclass(frozen=True)
+class CodeAct(Profile):
+    """Code-writing agents: one long shared system prompt, a few trajectories per
+    task, short turns and frequent retries - many alternatives early on."""
+
+    name: str = "codeact"
+    summary: str = "CodeAct-like agents: shared system prompt, shared tasks, many branches"
+    sessions: int = 200
+    turns: Range = (2, 9)
+    # 790 tokens: blocks 0..48 are shared by every session and block 49 already
+    # differs.  So routing point 48 of window 0 is one posting list holding
+    # every session's first segment (Table 4's large CodeAct candidate sets),
+    # and almost all of those stop matching in the very next block (Fig. 3).
+    system_prompts: int = 1
+    system_tokens: Range = (790, 790)
+    # Several sampled trajectories per task share system + task prompt and
+    # diverge at the first action: a second span with many alternatives.
+    sessions_per_task: float = 4.0
+    task_tokens: Range = (120, 480)
+    input_tokens: Range = (20, 360)       # execution results / user feedback
+    output_tokens: Range = (40, 360)      # thought + code action
+    # Agents retry from an earlier state, often several times from one turn.
+    fork_prob: float = 0.32
+    fork_fanout: Range = (1, 5)
+
+
+@dataclass(frozen=True)
+class LMCacheAgent(Profile):
+    """Long tool-using agent sessions: a shared tool-description prompt, then every
+    turn appends a large tool output and a short action - one path per session."""
+
+    name: str = "lmcache-agent"
+    summary: str = "LMCache-Agent-like: long agent sessions, tool output appended every turn"
+    sessions: int = 20
+    turns: Range = (38, 72)
+    # One tool-description prompt ending late in its window (block 187 of
+    # 128..191, past routing point 176): the one place where sessions meet.
+    system_prompts: int = 1
+    system_tokens: Range = (3000, 3000)
+    first_input_tokens: Range = (100, 600)   # the user's task
+    input_tokens: Range = (200, 1500)        # tool output appended every turn
+    output_tokens: Range = (30, 200)         # the agent's next call
+
+
+@dataclass(frozen=True)
+class EABF(Profile):
+    """Long ShareGPT-style multi-turn chats: no system prompt, a rare pasted
+    opening shared by a few chats - almost every span has one continuation."""
+
+    name: str = "eabf"
+    summary: str = "EABF-like: long multi-turn ShareGPT chats, few alternatives"
+    sessions: int = 150
+    turns: Range = (8, 48)
+    first_input_tokens: Range = (10, 600)
+    input_tokens: Range = (10, 600)
+    output_tokens: Range = (100, 1000)
+    # ~8% of chats open with one of 3 long pasted prompts that end inside
+    # window 0 after routing point 48: the only multi-candidate entries.
+    openers: int = 3
+    opener_tokens: Range = (790, 1000)
+    opener_share: float = 0.08
+    opener_skew: float = 1.0
+
+
+@dataclass(frozen=True)
+class UltraChat(Profile):
+    """Many short synthetic chats whose first user messages start with one of a
+    few openings (one or two blocks), then diverge."""
+
+    name: str = "ultrachat"
+    summary: str = "UltraChat-like: many short chats with colliding openings"
+    sessions: int = 2000
+    turns: Range = (2, 6)
+    first_input_tokens: Range = (20, 200)
+    input_tokens: Range = (20, 200)
+    output_tokens: Range = (140, 460)
+    # Every chat starts with a pooled opening; a first query that matches only
+    # the opening meets every earlier chat with it at routing point 0.
+    openers: int = 40
+    opener_tokens: Range = (16, 31)
+    opener_share: float = 1.0
+    opener_skew: float = 0.94
+
+
+#: profile name -> dataclass (the workload names registered by ``synthetic``)
+PROFILES: dict[str, type[Profile]] = {
+    cls.name: cls for cls in (CodeAct, LMCacheAgent, EABF, UltraChat)
+}
+
+
+def make_profile(name: str, **overrides) -> Profile:
+    """The named profile with knobs overridden (already parsed) and validated."""
+    try:
+        cls = PROFILES[name]
+    except KeyError:
+        raise ConfigError(f"unknown synthetic profile {name!r}; "
+                          f"available: {', '.join(sorted(PROFILES))}") from None
+    known = {f.name for f in fields(cls)} - {"name", "summary"}
+    for key in overrides:
+        if key not in known:
+            raise ConfigError(f"option {key}: not a knob of profile {name} "
+                              f"(knobs: {', '.join(sorted(known))})")
+    return replace(cls(), **overrides).validate()
