@@ -16,7 +16,8 @@ import struct
 from dataclasses import dataclass, field, fields
 from typing import Iterable, Iterator, Sequence
 
-from prefixbench.harness.errors import ConfigError
+from prefixbench.harness.errors import ConfigError, StoreError
+from prefixbench.harness.units import parse_size
 
 _KEY = struct.Struct(">Q")
 MAX_KEY = (1 << 64) - 1
@@ -251,3 +252,57 @@ def allocated_bytes(path: str) -> int:
             except FileNotFoundError:
                 pass
     return total
+
+
+# ----- helpers shared by the engines ------------------------------------
+def check_options(engine: str, options: dict, known: set) -> dict:
+    """Reject engine options nobody reads, naming the option and the known ones."""
+    for key in options:
+        if key not in known:
+            raise ConfigError(f"option {key!r} is not known to engine {engine}; "
+                              f"known: {', '.join(sorted(known)) or 'none'}")
+    return dict(options)
+
+
+def prepare_store_dir(path, create: bool, engine: str, marker: str) -> str:
+    """Check (and with ``create`` make) the store directory; never removes anything.
+
+    ``marker`` is a file every store of this engine has; without it and
+    with ``create=False`` there is no store to open.  Errors are one line
+    naming the path.
+    """
+    if not path:
+        raise StoreError(f"engine {engine} needs a store path (a directory)")
+    path = os.path.abspath(os.fspath(path))
+    if os.path.lexists(path) and not os.path.isdir(path):
+        raise StoreError(f"{engine} store path {path}: exists and is not a directory")
+    if not os.path.isdir(path):
+        if not create:
+            raise StoreError(f"{engine} store path {path}: no store there (create=False)")
+        try:
+            os.makedirs(path, exist_ok=True)
+        except OSError as e:
+            raise StoreError(f"{engine} store path {path}: cannot create directory "
+                             f"({e.strerror or e})") from None
+    elif not create and not os.path.exists(os.path.join(path, marker)):
+        raise StoreError(f"{engine} store path {path}: no {engine} store in this directory "
+                         f"(create=False)")
+    if not os.access(path, os.R_OK | os.W_OK | os.X_OK):
+        raise StoreError(f"{engine} store path {path}: directory is not readable and writable")
+    return path
+
+
+def int_option(opts: dict, name: str, default: int, minimum: int, size: bool = False) -> int:
+    """An integer engine option; strings from the CLI are parsed (sizes like ``64MiB``)."""
+    value = opts.get(name, default)
+    if isinstance(value, str):
+        if size:
+            value = parse_size(name, value)
+        else:
+            try:
+                value = int(value)
+            except ValueError:
+                raise ConfigError(f"option {name}: {value!r} is not an integer") from None
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ConfigError(f"option {name}: {value!r} must be an integer >= {minimum}")
+    return value

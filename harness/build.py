@@ -2,30 +2,15 @@
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import tempfile
 from dataclasses import dataclass
 
 from prefixbench.engines.base import SegmentStore, StoreConfig
 from prefixbench.harness.errors import ConfigError, StoreError
+from prefixbench.harness.units import parse_size  # noqa: F401  (re-exported for the CLI)
 from prefixbench.plugins.registry import get_registry
 from prefixbench.plugins.strategy import IndexStrategy
-
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.I)
-_MULT = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1 << 10, "ki": 1 << 10,
-         "m": 1000**2, "mb": 1000**2, "mib": 1 << 20, "mi": 1 << 20,
-         "g": 1000**3, "gb": 1000**3, "gib": 1 << 30, "gi": 1 << 30,
-         "t": 1000**4, "tb": 1000**4, "tib": 1 << 40, "ti": 1 << 40}
-
-
-def parse_size(option: str, text) -> int:
-    """'64MiB', '1G', '4096' -> bytes; errors name the option."""
-    m = _SIZE.match(str(text))
-    if not m or m.group(2) and m.group(2).lower() not in _MULT:
-        raise ConfigError(f"option {option}: {text!r} is not a size (e.g. 4096, 64MiB, 1G)")
-    return int(float(m.group(1)) * _MULT[(m.group(2) or "").lower()])
-
 
 def parse_kv(option: str, items) -> dict:
     """['a=1', 'b=x'] -> {'a': '1', 'b': 'x'}; values stay strings for the plugin to parse."""
@@ -53,7 +38,7 @@ class Built:
             shutil.rmtree(self.store_dir, ignore_errors=True)
 
 
-def prepare_store_dir(store_dir: str | None) -> tuple[str, bool]:
+def fresh_run_dir(store_dir: str | None) -> tuple[str, bool]:
     """A fresh directory for a run's store.  An existing non-empty directory is
     refused rather than reused, so a run never overwrites data it did not make."""
     if store_dir is None:
@@ -97,7 +82,7 @@ def build(strategy: str, engine: str | None, *, strategy_options: dict | None = 
             raise ConfigError(f"option --engine: strategy {strategy} stores its index in an engine; "
                               f"choose one of {', '.join(reg.names('engine'))}")
         reg.get("engine", engine)  # unknown names fail before anything is created
-        path, owns = prepare_store_dir(store_dir)
+        path, owns = fresh_run_dir(store_dir)
         try:
             store = open_engine(engine, path, cache_bytes=cache_bytes, direct_io=direct_io,
                                 durability=durability, options=engine_options)

@@ -93,8 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Replay a small synthetic profile through dram-blockhash and "
                        "ssd-blockhash (on LMDB by default) and print the comparison.")
     p.add_argument("--workload", "-w", default="lmcache-agent", help="default: %(default)s")
-    p.add_argument("--workload-option", "-W", action="append", default=["sessions=40"],
-                   metavar="KEY=VALUE", help="default: sessions=40")
+    p.add_argument("--workload-option", "-W", action="append", default=None,
+                   metavar="KEY=VALUE", help="workload option (default: sessions=10)")
     p.add_argument("--engine", "-e", default="lmdb", help="default: %(default)s")
     p.add_argument("--out-dir", default="results/demo", help="default: %(default)s")
 
@@ -231,7 +231,7 @@ def cmd_demo(args, leftover, argv, quiet):
     from prefixbench.reports.tables import format_replay
 
     os.makedirs(args.out_dir, exist_ok=True)
-    opts = parse_kv("--workload-option", args.workload_option)
+    opts = parse_kv("--workload-option", args.workload_option or ["sessions=10"])
     outs = []
     for strategy in ("dram-blockhash", "ssd-blockhash"):
         spec = RunSpec(strategy=strategy, engine=args.engine, workload=args.workload,

@@ -1,6 +1,5 @@
 """The CLI end to end: runs, pyperf output, and every bad-input path."""
 import json
-import os
 import subprocess
 import sys
 

@@ -1,0 +1,142 @@
+"""``rocksdb``: an LSM tree via rocksdict in raw (bytes) mode.
+
+Memory budget (the SARP paper's setup): ``cache_bytes`` is split equally
+between the block cache and the memtables (two write buffers of a quarter
+each).  Option ``write_buffer_bytes`` sets the memtable share instead; the
+block cache gets the rest.  Index and filter blocks (10-bit Bloom filters)
+live in the block cache, so the budget covers them too.
+
+``direct_io`` turns on O_DIRECT for reads and for flush/compaction writes.
+
+Durability: ``sync`` fsyncs the WAL per batch; ``async`` writes the WAL to
+the OS per batch without fsync (survives kill -9); ``off`` disables the WAL
+(the memtable is lost on a crash; :meth:`sync` flushes it to SST files).
+
+Options: ``write_buffer_bytes``, ``background_jobs`` (default 4).
+"""
+from __future__ import annotations
+
+import struct
+import threading
+
+from prefixbench.engines.base import SegmentStore, StoreConfig, allocated_bytes
+from prefixbench.engines.base import check_options, int_option, prepare_store_dir
+from prefixbench.harness.errors import ConfigError, MissingDependencyError, StoreError
+from prefixbench.plugins.hookspecs import hookimpl
+
+_PACK = struct.Struct(">Q").pack
+_UNPACK = struct.Struct(">Q").unpack
+_MAX_KEY = (1 << 64) - 1
+_SCAN_CHUNK = 1024
+_OPTIONS = {"write_buffer_bytes", "background_jobs"}
+_MIN_WRITE_BUFFER = 64 << 10
+
+
+class RocksDBStore(SegmentStore):
+    """RocksDB via rocksdict; block cache and memtables split cache_bytes equally."""
+
+    name = "rocksdb"
+    volatile = False
+
+    def __init__(self, config: StoreConfig | None = None):
+        config = config or StoreConfig()
+        super().__init__(config)
+        try:
+            import rocksdict
+        except ImportError as e:
+            raise MissingDependencyError(
+                "engine 'rocksdb' needs the rocksdict package (a core dependency): "
+                "pip install rocksdict, or reinstall with pip install prefixbench") from e
+        opts = check_options(self.name, config.options, _OPTIONS)
+        memtable = int_option(opts, "write_buffer_bytes", config.cache_bytes // 2, 0, size=True)
+        if memtable > config.cache_bytes:
+            raise ConfigError(f"option write_buffer_bytes: {memtable} exceeds cache_bytes "
+                              f"{config.cache_bytes}")
+        jobs = int_option(opts, "background_jobs", 4, 1)
+        self.block_cache_bytes = config.cache_bytes - memtable
+        self.write_buffer_bytes = max(memtable // 2, _MIN_WRITE_BUFFER)
+        self.path = prepare_store_dir(config.path, config.create, self.name, "CURRENT")
+
+        o = rocksdict.Options(raw_mode=True)
+        o.create_if_missing(config.create)
+        table = rocksdict.BlockBasedOptions()
+        if self.block_cache_bytes > 0:
+            table.set_block_cache(rocksdict.Cache(self.block_cache_bytes))
+        else:
+            table.disable_cache()
+        table.set_bloom_filter(10, False)
+        table.set_cache_index_and_filter_blocks(True)
+        table.set_pin_l0_filter_and_index_blocks_in_cache(True)
+        o.set_block_based_table_factory(table)
+        o.set_write_buffer_size(self.write_buffer_bytes)
+        o.set_max_write_buffer_number(2)
+        o.set_max_background_jobs(jobs)
+        o.set_keep_log_file_num(2)
+        if config.direct_io:
+            o.set_use_direct_reads(True)
+            o.set_use_direct_io_for_flush_and_compaction(True)
+        try:
+            self._db = rocksdict.Rdict(self.path, o)
+        except Exception as e:   # rocksdict raises a bare Exception
+            why = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise StoreError(f"rocksdb store path {self.path}: cannot open ({why})") from None
+        wo = rocksdict.WriteOptions()
+        wo.sync = config.durability == "sync"
+        wo.disable_wal = config.durability == "off"
+        self._db.set_write_options(wo)
+        self._rocksdict = rocksdict
+        self._close_lock = threading.Lock()
+
+    def _get(self, key):
+        return self._db.get(_PACK(key))
+
+    def _get_many(self, keys):
+        return self._db[[_PACK(k) for k in keys]]   # multi-get, releases the GIL
+
+    def _write(self, puts, deletes):
+        wb = self._rocksdict.WriteBatch(raw_mode=True)
+        for k, v in puts:
+            wb.put(_PACK(k), v)
+        for k in deletes:
+            wb.delete(_PACK(k))
+        self._db.write(wb)
+
+    def _scan_chunk(self, lo, end):
+        ro = self._rocksdict.ReadOptions()
+        if end is not None:
+            ro.set_iterate_upper_bound(_PACK(end))
+        it = self._db.iter(ro)
+        it.seek(_PACK(lo))
+        out = []
+        while it.valid() and len(out) < _SCAN_CHUNK:
+            out.append((_UNPACK(it.key())[0], it.value()))
+            it.next()
+        del it
+        return out
+
+    def _scan(self, start, end):
+        lo = start
+        while end is None or lo < end:
+            chunk = self._scan_chunk(lo, end)
+            yield from chunk
+            if len(chunk) < _SCAN_CHUNK or chunk[-1][0] == _MAX_KEY:
+                return
+            lo = chunk[-1][0] + 1
+
+    def _sync(self):
+        if self.config.durability == "off":
+            self._db.flush(True)        # no WAL: the memtable must reach SST files
+        else:
+            self._db.flush_wal(True)
+
+    def _size_on_disk(self):
+        return allocated_bytes(self.path)
+
+    def _close(self):
+        with self._close_lock:
+            self._db.close()
+
+
+@hookimpl
+def prefixbench_register_engines(register):
+    register("rocksdb", RocksDBStore)

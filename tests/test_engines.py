@@ -1,0 +1,366 @@
+"""The conformance kit on every built-in engine, plus engine-specific behaviour."""
+import os
+import random
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from prefixbench.engines.base import StoreConfig, allocated_bytes
+from prefixbench.engines.conformance import EngineConformance
+from prefixbench.engines.lmdb import LmdbStore
+from prefixbench.engines.memory import MemoryStore
+from prefixbench.engines.rocksdb import RocksDBStore
+from prefixbench.engines.wiredtiger import WiredTigerStore
+from prefixbench.harness.errors import ConfigError, MissingDependencyError, StoreError
+
+
+class TestMemory(EngineConformance):
+    @pytest.fixture
+    def engine_factory(self):
+        return MemoryStore
+
+
+class TestMemoryByRegistryName(EngineConformance):
+    """The ``engine_name`` route: the kit resolves the engine through the registry."""
+
+    @pytest.fixture
+    def engine_name(self):
+        return "memory"
+
+
+class TestLmdb(EngineConformance):
+    @pytest.fixture
+    def engine_factory(self):
+        return LmdbStore
+
+
+class TestLmdbGrowingFromTinyMap(EngineConformance):
+    """The whole kit again with a 64 KiB initial map: every test makes the map grow."""
+
+    kill_rounds = 1
+
+    @pytest.fixture
+    def engine_factory(self):
+        return LmdbStore
+
+    @pytest.fixture
+    def engine_config(self):
+        return {"options": {"map_size": 64 << 10}}
+
+
+class TestRocksDB(EngineConformance):
+    @pytest.fixture
+    def engine_factory(self):
+        return RocksDBStore
+
+
+class TestWiredTiger(EngineConformance):
+    kill_rounds = 2          # each reopen replays the log in a diagnostic build: slow
+
+    @pytest.fixture
+    def engine_factory(self):
+        pytest.importorskip("wiredtiger")
+        return WiredTigerStore
+
+    @pytest.fixture
+    def engine_config(self):
+        return {"options": {"log_file_max": "4MiB"}}   # the default 100 MB log opens in ~1 s
+
+
+# ----- LMDB map growth -------------------------------------------------------
+
+def test_lmdb_map_full_never_reaches_the_caller(tmp_path):
+    rng = random.Random(11)
+    expect = {}
+    with LmdbStore(StoreConfig(path=str(tmp_path / "s"), options={"map_size": 64 << 10})) as s:
+        start = s.map_size()
+        for b in range(40):                       # ~6 MiB in batches of growing size
+            items = [(b * 1000 + i, rng.randbytes(rng.randrange(1, 9000))) for i in range(b + 1)]
+            s.put_many(items)
+            expect.update(items)
+        s.put(10**9, rng.randbytes(3 << 20))     # one value larger than the map so far
+        expect[10**9] = s.get(10**9)
+        assert s.map_size() > 8 * start
+        assert s.get_many(list(expect)) == list(expect.values())
+    with LmdbStore(StoreConfig(path=str(tmp_path / "s"), create=False,
+                               options={"map_size": 64 << 10})) as again:
+        assert dict(again.scan()) == expect
+
+
+def test_lmdb_map_grows_while_readers_run(tmp_path):
+    """Resizing closes every transaction of the process: readers must never see that."""
+    s = LmdbStore(StoreConfig(path=str(tmp_path / "s"), options={"map_size": 64 << 10}))
+    fixed = {k * 3: b"fixed-%d" % k for k in range(200)}
+    s.put_many(fixed.items())
+    keys = list(fixed) + [1, 2, 4]
+    errors, stop = [], threading.Event()
+
+    def reader(seed):
+        r = random.Random(seed)
+        try:
+            while not stop.is_set():
+                batch = r.sample(keys, 16)
+                if s.get_many(batch) != [fixed.get(k) for k in batch]:
+                    errors.append("get_many")
+                k = r.choice(keys)
+                if s.get(k) != fixed.get(k):
+                    errors.append("get")
+                got = [k for k, _ in s.scan(0, 600)]
+                if got != sorted(fixed):
+                    errors.append("scan")
+        except Exception as e:
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=reader, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    try:
+        start = s.map_size()
+        for b in range(60):
+            s.put_many((10**6 + b * 100 + i, bytes(4000)) for i in range(100))
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+        grew = s.map_size() // start
+        s.close()
+    assert errors == []
+    assert grew >= 64
+
+
+def test_lmdb_refuses_direct_io(tmp_path):
+    with pytest.raises(ConfigError, match="direct_io"):
+        LmdbStore(StoreConfig(path=str(tmp_path / "s"), direct_io=True))
+    assert not (tmp_path / "s").exists()
+
+
+def test_size_options_accept_cli_strings(tmp_path):
+    with LmdbStore(StoreConfig(path=str(tmp_path / "s"), options={"map_size": "64KiB"})) as s:
+        assert s.map_size() == 64 << 10
+    with pytest.raises(ConfigError, match="map_size"):
+        LmdbStore(StoreConfig(path=str(tmp_path / "t"), options={"map_size": "lots"}))
+
+
+@pytest.mark.parametrize("cls", [LmdbStore, RocksDBStore, WiredTigerStore])
+def test_unknown_engine_option_is_named(cls, tmp_path):
+    if cls is WiredTigerStore:
+        pytest.importorskip("wiredtiger")
+    with pytest.raises(ConfigError, match="'colour'"):
+        cls(StoreConfig(path=str(tmp_path / "s"), options={"colour": "blue"}))
+
+
+# ----- RocksDB ---------------------------------------------------------------
+
+def test_rocksdb_direct_io_round_trip(tmp_path):
+    """Data flushed to SST files and read back with O_DIRECT reads and compaction I/O."""
+    rng = random.Random(12)
+    items = {rng.getrandbits(64): rng.randbytes(rng.randrange(300)) for _ in range(5000)}
+    path = str(tmp_path / "s")
+    with RocksDBStore(StoreConfig(path=path, direct_io=True, durability="off")) as s:
+        s.put_many(items.items())
+        s.sync()                                  # no WAL: flushes the memtable to SST
+    assert any(name.endswith(".sst") for name in os.listdir(path))
+    with RocksDBStore(StoreConfig(path=path, direct_io=True, create=False)) as s:
+        assert s.get_many(list(items)) == list(items.values())
+        assert list(s.scan()) == sorted(items.items())
+
+
+def test_rocksdb_splits_the_budget(tmp_path):
+    with RocksDBStore(StoreConfig(path=str(tmp_path / "a"), cache_bytes=64 << 20)) as s:
+        assert (s.block_cache_bytes, s.write_buffer_bytes) == (32 << 20, 16 << 20)
+    with RocksDBStore(StoreConfig(path=str(tmp_path / "b"), cache_bytes=64 << 20,
+                                  options={"write_buffer_bytes": "8MiB"})) as s:
+        assert (s.block_cache_bytes, s.write_buffer_bytes) == (56 << 20, 4 << 20)
+    with pytest.raises(ConfigError, match="write_buffer_bytes"):
+        RocksDBStore(StoreConfig(path=str(tmp_path / "c"), cache_bytes=1 << 20,
+                                 options={"write_buffer_bytes": 2 << 20}))
+
+
+# ----- WiredTiger ------------------------------------------------------------
+
+def test_wiredtiger_size_on_disk_leaves_out_preallocated_logs(tmp_path):
+    pytest.importorskip("wiredtiger")
+    path = str(tmp_path / "s")
+    with WiredTigerStore(StoreConfig(path=path)) as s:
+        s.put_many((i, bytes(1000)) for i in range(1000))
+        s.sync()
+        assert allocated_bytes(path) >= 100 << 20          # the log files are there
+        assert 1 << 20 <= s.size_on_disk() < 20 << 20       # but are not counted
+
+
+def test_wiredtiger_cache_is_clamped_to_its_minimum(tmp_path):
+    pytest.importorskip("wiredtiger")
+    with WiredTigerStore(StoreConfig(path=str(tmp_path / "s"), cache_bytes=0)) as s:
+        assert s.cache_size == 1 << 20
+        s.put(1, b"x")
+        assert s.get(1) == b"x"
+
+
+def test_wiredtiger_reclaims_sessions_of_finished_threads(tmp_path):
+    """More short-lived threads than session_max: each ended thread's session is closed."""
+    pytest.importorskip("wiredtiger")
+    with WiredTigerStore(StoreConfig(path=str(tmp_path / "s"),
+                                     options={"session_max": 16})) as s:
+        s.put(1, b"x")
+        seen = []
+        for _ in range(40):
+            t = threading.Thread(target=lambda: seen.append(s.get_many([1, 2])))
+            t.start()
+            t.join()
+        assert seen == [[b"x", None]] * 40
+
+
+def test_wiredtiger_concurrent_writers_on_the_same_keys(tmp_path):
+    """Write conflicts (WT_ROLLBACK) between threads are retried, never raised."""
+    pytest.importorskip("wiredtiger")
+    with WiredTigerStore(StoreConfig(path=str(tmp_path / "s"))) as s:
+        errors = []
+
+        def writer(tag):
+            try:
+                for n in range(100):
+                    s.put_many((k, b"%d-%d" % (tag, n)) for k in range(20))
+            except Exception as e:
+                errors.append(repr(e))
+
+        threads = [threading.Thread(target=writer, args=(t,)) for t in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+        final = s.get_many(range(20))
+        assert len(set(final)) == 1 and final[0].endswith(b"-99")   # batches stay atomic
+
+
+def test_wiredtiger_batch_larger_than_the_cache_is_a_clear_error(tmp_path):
+    pytest.importorskip("wiredtiger")
+    with WiredTigerStore(StoreConfig(path=str(tmp_path / "s"), cache_bytes=1 << 20)) as s:
+        s.put(1, b"kept")
+        with pytest.raises(StoreError, match="does not fit in the 1 MiB cache"):
+            s.put_many((k, bytes(16)) for k in range(2, 20000))
+        assert s.get(1) == b"kept" and s.get(2) is None
+        s.put(3, b"still usable")
+        assert s.get(3) == b"still usable"
+
+
+# ----- dependencies ----------------------------------------------------------
+
+@pytest.mark.parametrize("cls, module, hint", [
+    (WiredTigerStore, "wiredtiger", "pip install 'prefixbench[wiredtiger]'"),
+    (LmdbStore, "lmdb", "pip install lmdb"),
+    (RocksDBStore, "rocksdict", "pip install rocksdict"),
+])
+def test_missing_binding_names_the_install(cls, module, hint, monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, module, None)      # makes `import module` fail
+    with pytest.raises(MissingDependencyError) as ei:
+        cls(StoreConfig(path=str(tmp_path / "s")))
+    assert hint in str(ei.value) and "\n" not in str(ei.value)
+    assert not (tmp_path / "s").exists()
+
+
+def test_engine_modules_import_no_binding():
+    """The registry imports every engine module at start-up; bindings load on open."""
+    code = ("import sys, prefixbench.engines.lmdb, prefixbench.engines.rocksdb, "
+            "prefixbench.engines.wiredtiger; "
+            "print(sorted(m for m in ('lmdb', 'rocksdict', 'wiredtiger') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+# ----- the kit as a plugin author uses it ------------------------------------
+
+PLUGIN_TESTS = '''
+import pytest
+from prefixbench.engines.conformance import EngineConformance
+from prefixbench.engines.lmdb import LmdbStore
+from prefixbench.engines.memory import MemoryStore
+
+
+class ThirdPartyStore(LmdbStore):
+    """A durable engine defined outside prefixbench (the kill child imports it by path)."""
+    name = "third-party"
+
+
+class SloppyStore(MemoryStore):
+    """Scans in insertion order and loses empty values: the kit must notice both."""
+    def _scan(self, start, end):
+        return iter([(k, v) for k, v in self._data.items()
+                     if k >= start and (end is None or k < end)])
+
+    def _write(self, puts, deletes):
+        super()._write([(k, v) for k, v in puts if v], deletes)
+
+
+class TestThirdParty(EngineConformance):
+    kill_rounds = 1
+
+    @pytest.fixture
+    def engine_factory(self):
+        return ThirdPartyStore
+
+
+class TestSloppy(EngineConformance):
+    @pytest.fixture
+    def engine_factory(self):
+        return lambda path, **config: SloppyStore()
+'''
+
+
+def test_kit_from_a_plugin_authors_test_file(tmp_path):
+    """Outside the repo: the kill child imports a module:Class engine from the author's
+    test file, and a sloppy engine fails the kit exactly where it is wrong."""
+    (tmp_path / "test_plugin_engine.py").write_text(PLUGIN_TESTS)
+    out = subprocess.run([sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider",
+                          "-k", "TestSloppy or kill9", str(tmp_path)],
+                         capture_output=True, text=True, cwd=tmp_path)
+    outcome = {}
+    for line in out.stdout.splitlines():
+        parts = line.split()
+        if len(parts) >= 2 and "::" in parts[0] and parts[1] in ("PASSED", "FAILED", "SKIPPED"):
+            _, cls, test = parts[0].split("::")
+            outcome[cls, test] = parts[1]
+    third = {t: o for (c, t), o in outcome.items() if c == "TestThirdParty"}
+    assert third == {"test_kill9_keeps_acknowledged_batches[async]": "PASSED",
+                     "test_kill9_keeps_acknowledged_batches[sync]": "PASSED"}, out.stdout
+    sloppy = {t for (c, t), o in outcome.items() if c == "TestSloppy" and o == "FAILED"}
+    assert {"test_scan_is_in_numeric_order", "test_empty_value_is_not_missing"} <= sloppy
+    assert "test_delete" not in sloppy and "test_overwrite" not in sloppy
+
+
+def test_child_finds_engines_by_registry_name(tmp_path):
+    """The kill child opens registered engines by name; acknowledged batches are readable."""
+    from prefixbench.engines.conformance_child import batch_items
+    ack = tmp_path / "acks"
+    subprocess.run([sys.executable, "-m", "prefixbench.engines.conformance_child", "lmdb",
+                    str(tmp_path / "s"), str(ack), "--seed", "5", "--max-batches", "3"],
+                   check=True, capture_output=True)
+    assert ack.read_text() == "0\n1\n2\n"
+    with LmdbStore(StoreConfig(path=str(tmp_path / "s"), create=False)) as s:
+        for n in range(3):
+            items = batch_items(5, n)
+            assert s.get_many([k for k, _ in items]) == [v for _, v in items]
+
+
+# ----- measure_engine --------------------------------------------------------
+
+def test_measure_engine_reports_per_key_costs(tmp_path):
+    from prefixbench.harness.enginebench import measure_engine
+    r = measure_engine("prefixbench.engines.lmdb:LmdbStore", str(tmp_path / "s"),
+                       n_keys=3000, value_size=16, batch=8, repeat=2, sample=500)
+    assert r["keys_per_pass"] == 500 and r["batch"] == 8
+    assert r["get_s_per_key"] > 0 and r["get_many_s_per_key"] > 0
+    assert r["get_s_per_key"] <= r["get_s_per_key_median"]
+    assert r["size_on_disk_bytes"] > 3000 * 16
+    with LmdbStore(StoreConfig(path=str(tmp_path / "s"), create=False)) as s:
+        assert len(list(s.scan())) == 3000
+
+
+def test_measure_engine_never_reuses_a_full_directory(tmp_path):
+    from prefixbench.harness.enginebench import measure_engine
+    (tmp_path / "keep.txt").write_text("data")
+    with pytest.raises(ConfigError, match=str(tmp_path)):
+        measure_engine("memory", str(tmp_path), n_keys=10)
+    assert os.listdir(tmp_path) == ["keep.txt"]
