@@ -1,0 +1,289 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""Compiled segment-record codec and block-ID verification.
+
+The record layout, the checksum and the verification rule are documented in
+:mod:`prefixbench.plugins.segments`, which also holds the pure-Python
+references the tests hold these functions equal to.  Checksumming and
+verification run without the GIL.
+"""
+import numpy as np
+cimport numpy as cnp
+from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
+from libc.string cimport memcpy, memset
+from libc.stdlib cimport free, malloc
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+
+cnp.import_array()
+
+DEF HEADER = 40
+DEF CK_OFF = 32
+
+cdef uint64_t C0 = 0x8F1BBCDCCA62C1D6ULL
+cdef uint64_t C1 = 0x9E3779B97F4A7C15ULL
+cdef uint64_t C2 = 0xFF51AFD7ED558CCDULL
+cdef uint64_t C3 = 0xC4CEB9FE1A85EC53ULL
+
+MAGIC = b"PBSG"
+VERSION = 1
+HEADER_SIZE = HEADER
+
+
+cdef inline uint64_t _load_le(const uint8_t* p) noexcept nogil:
+    cdef uint64_t w = 0
+    cdef int i
+    for i in range(8):
+        w |= (<uint64_t>p[i]) << (8 * i)
+    return w
+
+
+cdef inline uint64_t _mix_words(uint64_t h, const uint8_t* p, Py_ssize_t n) noexcept nogil:
+    """Fold ``n`` bytes (zero-padded to whole words) into ``h``."""
+    cdef Py_ssize_t i = 0
+    cdef uint8_t tail[8]
+    cdef uint64_t w
+    while i + 8 <= n:
+        memcpy(&w, p + i, 8)          # little-endian hosts only (x86-64, aarch64)
+        h = (h ^ w) * C2
+        h ^= h >> 29
+        i += 8
+    if i < n:
+        memset(tail, 0, 8)
+        memcpy(tail, p + i, n - i)
+        w = _load_le(tail)
+        h = (h ^ w) * C2
+        h ^= h >> 29
+    return h
+
+
+cdef uint64_t _checksum(const uint8_t* raw, Py_ssize_t n) noexcept nogil:
+    """Checksum of ``raw[:32] + raw[40:]`` (everything but the checksum field)."""
+    cdef uint64_t h = C0 ^ (<uint64_t>(n - 8) * C1)
+    h = _mix_words(h, raw, CK_OFF)
+    h = _mix_words(h, raw + HEADER, n - HEADER)
+    h ^= h >> 32
+    h *= C3
+    h ^= h >> 29
+    return h
+
+
+def checksum(raw):
+    """The record checksum of an encoded record (its checksum field is skipped)."""
+    cdef const uint8_t[:] v = memoryview(raw).cast("B")
+    cdef Py_ssize_t n = v.shape[0]
+    cdef uint64_t h
+    if n < HEADER:
+        raise ValueError(f"a segment record has at least {HEADER} bytes, got {n}")
+    with nogil:
+        h = _checksum(&v[0], n)
+    return h
+
+
+def encode(uint64_t seg_id, uint64_t start, ids, metas, Py_ssize_t meta_size):
+    """One record: header, all block ids (u64 LE), then all metadata rows."""
+    cdef cnp.ndarray a = np.ascontiguousarray(ids, dtype=np.uint64)
+    cdef cnp.ndarray m = np.ascontiguousarray(metas, dtype=np.uint8)
+    cdef Py_ssize_t n = cnp.PyArray_DIM(a, 0)
+    if cnp.PyArray_NDIM(a) != 1:
+        raise ValueError("segment ids must be 1-D")
+    if cnp.PyArray_NDIM(m) != 2 or cnp.PyArray_DIM(m, 0) != n or cnp.PyArray_DIM(m, 1) != meta_size:
+        raise ValueError(f"segment metas must have shape ({n}, {meta_size}), "
+                         f"got {(<object>m).shape}")
+    if meta_size < 1 or meta_size > 0xFFFF:
+        raise ValueError(f"meta_size must be in 1..65535, got {meta_size}")
+    cdef Py_ssize_t total = HEADER + n * (8 + meta_size)
+    out = PyBytes_FromStringAndSize(NULL, total)
+    cdef uint8_t* p = <uint8_t*>PyBytes_AS_STRING(out)
+    cdef uint16_t ver = VERSION
+    cdef uint16_t ms16 = <uint16_t>meta_size
+    cdef uint32_t n32 = <uint32_t>n
+    cdef uint32_t zero = 0
+    cdef uint64_t h
+    cdef const uint8_t* ap = <const uint8_t*>cnp.PyArray_DATA(a)
+    cdef const uint8_t* mp = <const uint8_t*>cnp.PyArray_DATA(m)
+    with nogil:
+        memcpy(p, b"PBSG", 4)
+        memcpy(p + 4, &ver, 2)
+        memcpy(p + 6, &ms16, 2)
+        memcpy(p + 8, &n32, 4)
+        memcpy(p + 12, &zero, 4)
+        memcpy(p + 16, &seg_id, 8)
+        memcpy(p + 24, &start, 8)
+        memcpy(p + HEADER, ap, n * 8)
+        memcpy(p + HEADER + n * 8, mp, n * meta_size)
+        h = _checksum(p, total)
+        memcpy(p + CK_OFF, &h, 8)
+    return out
+
+
+def decode(raw, Py_ssize_t meta_size):
+    """``(seg_id, start, ids, metas)`` or a ``str`` saying what is wrong.
+
+    ``ids``/``metas`` are read-only views of ``raw`` when it is ``bytes``.
+    """
+    cdef const uint8_t[:] v
+    try:
+        v = memoryview(raw).cast("B")
+    except TypeError:
+        return f"value is not bytes-like ({type(raw).__name__})"
+    cdef Py_ssize_t n = v.shape[0]
+    cdef uint16_t ver, ms16
+    cdef uint32_t count
+    cdef uint64_t seg_id, start, stored, h
+    if n < HEADER:
+        return f"record has {n} bytes, shorter than the {HEADER}-byte header"
+    cdef const uint8_t* p = &v[0]
+    if p[0] != 80 or p[1] != 66 or p[2] != 83 or p[3] != 71:   # b"PBSG"
+        return "bad magic"
+    memcpy(&ver, p + 4, 2)
+    memcpy(&ms16, p + 6, 2)
+    memcpy(&count, p + 8, 4)
+    memcpy(&seg_id, p + 16, 8)
+    memcpy(&start, p + 24, 8)
+    memcpy(&stored, p + CK_OFF, 8)
+    if ver != VERSION:
+        return f"unsupported record version {ver}"
+    if ms16 != meta_size:
+        return f"record meta_size {ms16}, expected {meta_size}"
+    if n != HEADER + <Py_ssize_t>count * (8 + meta_size):
+        return f"record length {n} does not match {count} blocks"
+    with nogil:
+        h = _checksum(p, n)
+    if h != stored:
+        return "checksum mismatch"
+    buf = raw if isinstance(raw, bytes) else bytes(raw)
+    ids = np.frombuffer(buf, dtype="<u8", count=count, offset=HEADER)
+    metas = np.frombuffer(buf, dtype=np.uint8, count=count * meta_size,
+                          offset=HEADER + count * 8).reshape(count, meta_size)
+    return seg_id, start, ids, metas
+
+
+cdef inline Py_ssize_t _common_prefix(const uint64_t* a, Py_ssize_t na,
+                                      const uint64_t* b, Py_ssize_t nb) noexcept nogil:
+    cdef Py_ssize_t n = na if na < nb else nb
+    cdef Py_ssize_t i = 0
+    # four at a time, then the rest: the compiler vectorises the wide compare
+    while i + 4 <= n and a[i] == b[i] and a[i + 1] == b[i + 1] and a[i + 2] == b[i + 2] \
+            and a[i + 3] == b[i + 3]:
+        i += 4
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def common_prefix(a, b):
+    """Number of leading positions where the two uint64 id arrays agree."""
+    cdef const uint64_t[::1] x = np.ascontiguousarray(a, dtype=np.uint64)
+    cdef const uint64_t[::1] y = np.ascontiguousarray(b, dtype=np.uint64)
+    cdef Py_ssize_t nx = x.shape[0], ny = y.shape[0], r
+    if nx == 0 or ny == 0:
+        return 0
+    with nogil:
+        r = _common_prefix(&x[0], nx, &y[0], ny)
+    return r
+
+
+def verify_raws(list raws, seg_ids, qw, uint64_t ws, Py_ssize_t S, Py_ssize_t meta_size):
+    """Check and verify a batch of raw records against the query window ``qw``.
+
+    For each record (None = absent): full record check (magic, version,
+    meta_size, length, checksum, the key it was read under, aligned start
+    ``ws``, at most ``S`` blocks), then the block-ID common prefix with
+    ``qw``.  Returns ``(best, v, corrupt)``: the index of the first record
+    with the longest verified prefix (-1 if none verified a block), that
+    length, and the indexes of corrupt records.  Runs without the GIL.
+    """
+    cdef Py_ssize_t n = len(raws), i, count_ok = 0, best = -1, bestv = 0, v
+    cdef const uint64_t[::1] q = np.ascontiguousarray(qw, dtype=np.uint64)
+    cdef const uint64_t[::1] sid = np.ascontiguousarray(seg_ids, dtype=np.uint64)
+    cdef Py_ssize_t qn = q.shape[0]
+    if sid.shape[0] != n:
+        raise ValueError("verify_raws: one segment id per record")
+    if n == 0:
+        return -1, 0, []
+    cdef const uint8_t** ptr = <const uint8_t**>malloc(n * sizeof(uint8_t*))
+    cdef Py_ssize_t* lens = <Py_ssize_t*>malloc(n * sizeof(Py_ssize_t))
+    cdef int* status = <int*>malloc(n * sizeof(int))
+    if ptr == NULL or lens == NULL or status == NULL:
+        free(ptr); free(lens); free(status)
+        raise MemoryError()
+    keep = []
+    for i in range(n):
+        r = raws[i]
+        if r is None:
+            ptr[i] = NULL
+            lens[i] = 0
+        else:
+            if not isinstance(r, bytes):
+                r = bytes(r)
+            keep.append(r)
+            ptr[i] = <const uint8_t*>PyBytes_AS_STRING(r)
+            lens[i] = len(<bytes>r)
+    cdef const uint8_t* p
+    cdef uint16_t ver, ms16
+    cdef uint32_t cnt
+    cdef uint64_t key, start, stored
+    with nogil:
+        for i in range(n):
+            status[i] = 0
+            p = ptr[i]
+            if p == NULL:
+                continue
+            status[i] = 1      # corrupt until proven otherwise
+            if lens[i] < HEADER or p[0] != 80 or p[1] != 66 or p[2] != 83 or p[3] != 71:
+                continue
+            memcpy(&ver, p + 4, 2)
+            memcpy(&ms16, p + 6, 2)
+            memcpy(&cnt, p + 8, 4)
+            memcpy(&key, p + 16, 8)
+            memcpy(&start, p + 24, 8)
+            memcpy(&stored, p + CK_OFF, 8)
+            if ver != 1 or ms16 != meta_size or key != sid[i] or cnt > S \
+                    or lens[i] != HEADER + <Py_ssize_t>cnt * (8 + meta_size):
+                continue
+            if _checksum(p, lens[i]) != stored:
+                continue
+            status[i] = 0
+            if start != ws:
+                continue
+            if qn == 0 or cnt == 0:
+                continue
+            v = _common_prefix_unaligned(p + HEADER, cnt, &q[0], qn)
+            if v > bestv:
+                bestv = v
+                best = i
+    corrupt = [i for i in range(n) if status[i] == 1]
+    free(ptr); free(lens); free(status)
+    return best, bestv, corrupt
+
+
+cdef inline Py_ssize_t _common_prefix_unaligned(const uint8_t* a, Py_ssize_t na,
+                                                const uint64_t* b, Py_ssize_t nb) noexcept nogil:
+    cdef Py_ssize_t n = na if na < nb else nb
+    cdef Py_ssize_t i = 0
+    cdef uint64_t w
+    while i < n:
+        memcpy(&w, a + 8 * i, 8)
+        if w != b[i]:
+            break
+        i += 1
+    return i
+
+
+def views(bytes raw, Py_ssize_t meta_size):
+    """``(seg_id, start, ids, metas)`` views of a record :func:`verify_raws` accepted
+    (no second checksum pass; only the length is re-checked)."""
+    cdef Py_ssize_t n = len(raw)
+    cdef uint32_t cnt
+    cdef uint64_t seg_id, start
+    if n < HEADER:
+        raise ValueError("record shorter than its header")
+    cdef const uint8_t* p = <const uint8_t*>PyBytes_AS_STRING(raw)
+    memcpy(&cnt, p + 8, 4)
+    memcpy(&seg_id, p + 16, 8)
+    memcpy(&start, p + 24, 8)
+    if n != HEADER + <Py_ssize_t>cnt * (8 + meta_size):
+        raise ValueError("record length does not match its block count")
+    ids = np.frombuffer(raw, dtype="<u8", count=cnt, offset=HEADER)
+    metas = np.frombuffer(raw, dtype=np.uint8, count=cnt * meta_size,
+                          offset=HEADER + cnt * 8).reshape(cnt, meta_size)
+    return seg_id, start, ids, metas

@@ -1,0 +1,413 @@
+"""The segment store layer shared by every segment strategy (sarp, segment-hash,
+segment-radix).
+
+A **segment** holds the block IDs and metadata of up to ``S`` consecutive
+blocks of one cached sequence, starting at a window boundary ``kS`` (windows
+are ``[kS, (k+1)S)``).  It is stored as one engine record under its segment id,
+in the segment key space ``[0, 1 << 56)``; other key spaces a strategy may use
+are ``(space << 56) | id``.
+
+Record layout (version 1, little-endian, columnar so that verification scans
+one contiguous id array)::
+
+    0   4  magic  b"PBSG"
+    4   2  version (1)
+    6   2  meta_size
+    8   4  n      blocks in the segment
+    12  4  reserved (0)
+    16  8  seg_id
+    24  8  start  block position of the first block (a multiple of S)
+    32  8  checksum over bytes [0, 32) and [40, end)
+    40     n * 8 block ids, then n * meta_size metadata bytes
+
+Checksum (*pbsum64*): ``h = C0 ^ (len * C1)``; for each little-endian 64-bit
+word ``w`` of ``raw[:32]`` then ``raw[40:]`` (each part zero-padded to whole
+words): ``h = (h ^ w) * C2; h ^= h >> 29``; finally ``h ^= h >> 32; h *= C3;
+h ^= h >> 29`` (mod 2**64).  ``len`` is the checksummed byte count.
+
+A record that fails any check raises :class:`CorruptSegmentError` in
+:func:`decode_segment`; :class:`SegmentLayer` treats it as a miss, counts it
+and remembers the id, so a corrupt record is never reused.
+
+The compiled codec and verification are :mod:`prefixbench.plugins._segments`;
+the ``*_py`` functions here are their references.
+"""
+from __future__ import annotations
+
+import struct
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+from prefixbench.harness.errors import ConfigError, PrefixbenchError
+from prefixbench.plugins import _segments
+
+__all__ = ["SEGMENT_KEY_SPACE", "KEY_SPACE_BITS", "CorruptSegmentError", "Segment", "SegmentLayer",
+           "encode_segment", "decode_segment", "common_prefix", "space_key",
+           "encode_segment_py", "decode_segment_py", "common_prefix_py", "checksum_py",
+           "verify_raws", "verify_raws_py"]
+
+SEGMENT_KEY_SPACE = 0
+KEY_SPACE_BITS = 56
+SEGMENT_KEY_LIMIT = 1 << KEY_SPACE_BITS
+MAGIC = b"PBSG"
+VERSION = 1
+HEADER_SIZE = 40
+_HEADER = struct.Struct("<4sHHIIQQQ")
+_MASK = (1 << 64) - 1
+C0 = 0x8F1BBCDCCA62C1D6
+C1 = 0x9E3779B97F4A7C15
+C2 = 0xFF51AFD7ED558CCD
+C3 = 0xC4CEB9FE1A85EC53
+
+
+def space_key(space: int, ident: int) -> int:
+    """Key of ``ident`` in key space ``space`` (segments are space 0)."""
+    if not 0 <= space < 256 or not 0 <= ident < SEGMENT_KEY_LIMIT:
+        raise ValueError(f"key space {space} / id {ident} out of range")
+    return (space << KEY_SPACE_BITS) | ident
+
+
+class CorruptSegmentError(PrefixbenchError):
+    """A segment record failed its magic, version, length or checksum check."""
+
+
+@dataclass
+class Segment:
+    seg_id: int
+    start: int
+    ids: np.ndarray     # uint64, n <= S
+    metas: np.ndarray   # uint8, (n, meta_size)
+
+    @property
+    def n(self) -> int:
+        return len(self.ids)
+
+    @property
+    def end(self) -> int:
+        """Exclusive block position of the segment's last block."""
+        return self.start + len(self.ids)
+
+
+# ----------------------------------------------------------------------------- codec
+def encode_segment(seg: Segment, meta_size: int) -> bytes:
+    """Versioned, checksummed, columnar record of ``seg`` (compiled)."""
+    return _segments.encode(seg.seg_id, seg.start, seg.ids, seg.metas, meta_size)
+
+
+def decode_segment(raw, meta_size: int) -> Segment:
+    """Inverse of :func:`encode_segment`; :class:`CorruptSegmentError` on any bad field."""
+    r = _segments.decode(raw, meta_size)
+    if isinstance(r, str):
+        raise CorruptSegmentError(f"corrupt segment record: {r}")
+    return Segment(*r)
+
+
+def common_prefix(a: np.ndarray, b: np.ndarray) -> int:
+    """Leading positions where two uint64 id arrays agree (compiled, nogil)."""
+    return _segments.common_prefix(a, b)
+
+
+def _words(data: bytes) -> list[int]:
+    pad = (-len(data)) % 8
+    return list(struct.unpack(f"<{(len(data) + pad) // 8}Q", data + b"\0" * pad))
+
+
+def checksum_py(raw: bytes) -> int:
+    """Reference pbsum64 of an encoded record (skips the checksum field)."""
+    raw = bytes(raw)
+    h = C0 ^ (((len(raw) - 8) * C1) & _MASK)
+    for part in (raw[:32], raw[HEADER_SIZE:]):
+        for w in _words(part):
+            h = ((h ^ w) * C2) & _MASK
+            h ^= h >> 29
+    h ^= h >> 32
+    h = (h * C3) & _MASK
+    h ^= h >> 29
+    return h
+
+
+def encode_segment_py(seg: Segment, meta_size: int) -> bytes:
+    """Reference of :func:`encode_segment`."""
+    ids = np.asarray(seg.ids, dtype="<u8")
+    metas = np.asarray(seg.metas, dtype=np.uint8).reshape(len(ids), meta_size)
+    head = _HEADER.pack(MAGIC, VERSION, meta_size, len(ids), 0, seg.seg_id, seg.start, 0)
+    raw = bytearray(head + ids.tobytes() + metas.tobytes())
+    raw[32:40] = struct.pack("<Q", checksum_py(bytes(raw)))
+    return bytes(raw)
+
+
+def decode_segment_py(raw, meta_size: int) -> Segment:
+    """Reference of :func:`decode_segment`."""
+    raw = bytes(raw)
+    if len(raw) < HEADER_SIZE:
+        raise CorruptSegmentError("corrupt segment record: shorter than the header")
+    magic, ver, ms, n, _res, seg_id, start, ck = _HEADER.unpack_from(raw)
+    if magic != MAGIC:
+        raise CorruptSegmentError("corrupt segment record: bad magic")
+    if ver != VERSION:
+        raise CorruptSegmentError(f"corrupt segment record: unsupported record version {ver}")
+    if ms != meta_size:
+        raise CorruptSegmentError(f"corrupt segment record: meta_size {ms}, expected {meta_size}")
+    if len(raw) != HEADER_SIZE + n * (8 + meta_size):
+        raise CorruptSegmentError("corrupt segment record: length does not match")
+    if checksum_py(raw) != ck:
+        raise CorruptSegmentError("corrupt segment record: checksum mismatch")
+    ids = np.frombuffer(raw, dtype="<u8", count=n, offset=HEADER_SIZE)
+    metas = np.frombuffer(raw, dtype=np.uint8, count=n * meta_size,
+                          offset=HEADER_SIZE + 8 * n).reshape(n, meta_size)
+    return Segment(seg_id, start, ids, metas)
+
+
+def common_prefix_py(a, b) -> int:
+    """Reference of :func:`common_prefix`."""
+    n = 0
+    for x, y in zip(np.asarray(a, dtype=np.uint64).tolist(), np.asarray(b, dtype=np.uint64).tolist()):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def verify_raws(raws, seg_ids, query_ids, start: int, S: int, meta_size: int):
+    """Check raw records and verify them against a query window (compiled, nogil).
+
+    Returns ``(best, v, corrupt)``: index of the first record sharing the
+    longest block-ID prefix with ``query_ids`` (-1 if none shares a block),
+    that length, and the indexes of records that fail any check (including
+    being stored under another key, misaligned, or longer than ``S``).
+    Records starting elsewhere than ``start`` are valid but never verified.
+    """
+    return _segments.verify_raws(list(raws), seg_ids, query_ids, start, S, meta_size)
+
+
+def verify_raws_py(raws, seg_ids, query_ids, start: int, S: int, meta_size: int):
+    """Reference of :func:`verify_raws`."""
+    best, bestv, corrupt = -1, 0, []
+    for i, (raw, sid) in enumerate(zip(raws, np.asarray(seg_ids, np.uint64).tolist())):
+        if raw is None:
+            continue
+        try:
+            seg = decode_segment_py(raw, meta_size)
+        except CorruptSegmentError:
+            corrupt.append(i)
+            continue
+        if seg.seg_id != sid or seg.n > S:
+            corrupt.append(i)
+            continue
+        if seg.start != start:
+            continue
+        v = common_prefix_py(seg.ids, query_ids)
+        if v > bestv:
+            best, bestv = i, v
+    return best, bestv, corrupt
+
+
+# ----------------------------------------------------------------------------- layer
+class SegmentLayer:
+    """Segments in a :class:`SegmentStore`: ids, windows, reads, writes, counters.
+
+    Thread-safe: ids come from a locked counter; reads and writes go straight
+    to the engine (which is itself thread-safe).  Callers that modify a
+    segment in place must serialise those modifications themselves.
+    """
+
+    def __init__(self, store, segment_blocks: int = 64, meta_size: int = 16):
+        if not isinstance(segment_blocks, int) or segment_blocks < 1:
+            raise ConfigError(f"option S: {segment_blocks!r} must be an integer >= 1")
+        if not isinstance(meta_size, int) or not 1 <= meta_size <= 0xFFFF:
+            raise ConfigError(f"option meta_size: {meta_size!r} must be an integer in 1..65535")
+        self.store = store
+        self.S = segment_blocks
+        self.meta_size = meta_size
+        self._id_lock = threading.Lock()
+        self._count_lock = threading.Lock()
+        self._next_id = self._recover_next_id()
+        self.logical_reads = 0       # segment keys requested
+        self.read_calls = 0          # get / get_many calls
+        self.misses = 0              # requested ids with no record
+        self.corrupt_reads = 0       # records that failed decoding (treated as misses)
+        self.corrupt_ids: list[int] = []
+        self.segments_written = 0    # records put (new or rewritten)
+        self.blocks_written = 0
+
+    def _recover_next_id(self) -> int:
+        """One past the largest key in the segment key space (1 for an empty store).
+
+        Galloping then binary search over "is there a key >= k", so an ordered
+        engine answers with O(log max_id) seeks instead of a full scan.
+        """
+        def has_at_least(k: int) -> bool:
+            it = self.store.scan(k, SEGMENT_KEY_LIMIT)
+            try:
+                return next(iter(it), None) is not None
+            finally:
+                close = getattr(it, "close", None)
+                if close is not None:
+                    close()
+        if not has_at_least(0):
+            return 1
+        lo = 0                      # invariant: a key >= lo exists
+        hi = 1
+        while hi < SEGMENT_KEY_LIMIT and has_at_least(hi):
+            lo, hi = hi, min(hi * 2, SEGMENT_KEY_LIMIT)
+        # a key >= lo exists, none >= hi (or hi is the limit)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if has_at_least(mid):
+                lo = mid
+            else:
+                hi = mid
+        return lo + 1
+
+    # ---- ids and windows --------------------------------------------------
+    def new_id(self) -> int:
+        """A fresh segment id, larger than every id handed out or stored before."""
+        with self._id_lock:
+            i = self._next_id
+            if i >= SEGMENT_KEY_LIMIT:
+                raise OverflowError("segment ids exhausted the 56-bit key space")
+            self._next_id = i + 1
+            return i
+
+    @property
+    def next_id(self) -> int:
+        return self._next_id
+
+    def window(self, pos: int) -> tuple[int, int]:
+        """The window ``[kS, (k+1)S)`` holding block position ``pos``."""
+        s = (pos // self.S) * self.S
+        return s, s + self.S
+
+    # ---- reads ------------------------------------------------------------
+    def _decode(self, seg_id: int, raw) -> Segment | None:
+        if raw is None:
+            return None
+        try:
+            seg = decode_segment(raw, self.meta_size)
+            if seg.seg_id != seg_id or seg.start % self.S or seg.n > self.S:
+                raise CorruptSegmentError(
+                    f"corrupt segment record: key {seg_id} holds segment {seg.seg_id} "
+                    f"at {seg.start} with {seg.n} blocks")
+        except CorruptSegmentError:
+            with self._count_lock:
+                self.corrupt_reads += 1
+                if len(self.corrupt_ids) < 1000:
+                    self.corrupt_ids.append(seg_id)
+            return None
+        return seg
+
+    def read(self, seg_id: int) -> Segment | None:
+        """The segment, or None if absent or corrupt (counted)."""
+        raw = self.store.get(seg_id)
+        with self._count_lock:
+            self.logical_reads += 1
+            self.read_calls += 1
+            self.misses += raw is None
+        return self._decode(seg_id, raw)
+
+    def read_raw_many(self, seg_ids) -> list:
+        """Raw records for ``seg_ids`` (one ``get_many``), counted like :meth:`read_many`;
+        the caller checks them (:func:`verify_raws`) and reports corrupt ones
+        with :meth:`count_corrupt`."""
+        ids = seg_ids.tolist() if isinstance(seg_ids, np.ndarray) else [int(i) for i in seg_ids]
+        if not ids:
+            return []
+        raws = self.store.get_many(ids)
+        with self._count_lock:
+            self.logical_reads += len(ids)
+            self.read_calls += 1
+            self.misses += raws.count(None)
+        return raws
+
+    def count_corrupt(self, seg_ids) -> None:
+        """Record corrupt records found by the caller (treated as misses)."""
+        with self._count_lock:
+            for i in seg_ids:
+                self.corrupt_reads += 1
+                if len(self.corrupt_ids) < 1000:
+                    self.corrupt_ids.append(int(i))
+
+    def decode(self, seg_id: int, raw) -> Segment | None:
+        """Decode a raw record read under ``seg_id`` (None if absent or corrupt, counted)."""
+        return self._decode(seg_id, raw)
+
+    def verified(self, raw) -> Segment:
+        """The segment of a record :func:`verify_raws` accepted (no second checksum pass)."""
+        return Segment(*_segments.views(raw if isinstance(raw, bytes) else bytes(raw),
+                                        self.meta_size))
+
+    def read_many(self, seg_ids) -> list[Segment | None]:
+        """Segments for ``seg_ids`` in order, with ONE ``store.get_many`` call."""
+        ids = [int(i) for i in seg_ids]
+        if not ids:
+            return []
+        raws = self.store.get_many(ids)
+        with self._count_lock:
+            self.logical_reads += len(ids)
+            self.read_calls += 1
+            self.misses += sum(r is None for r in raws)
+        return [self._decode(i, r) for i, r in zip(ids, raws)]
+
+    # ---- writes -----------------------------------------------------------
+    def write(self, seg: Segment) -> None:
+        self.write_many([seg])
+
+    def write_many(self, segs) -> None:
+        """All records in one engine write batch (atomic where the engine is)."""
+        segs = list(segs)
+        if not segs:
+            return
+        for s in segs:
+            if s.start % self.S or s.n > self.S or not 0 < s.seg_id < SEGMENT_KEY_LIMIT:
+                raise ValueError(f"segment {s.seg_id} at {s.start} with {s.n} blocks does not "
+                                 f"fit a window of {self.S}")
+        items = [(s.seg_id, encode_segment(s, self.meta_size)) for s in segs]
+        self.store.write_items(items)
+        with self._count_lock:
+            self.segments_written += len(segs)
+            self.blocks_written += sum(s.n for s in segs)
+
+    # ---- the insertion primitive -------------------------------------------
+    def extend_or_copy(self, seg: Segment, query_ids, query_metas, shared: int
+                       ) -> tuple[Segment, bool]:
+        """Make ``query_ids`` (the query's blocks from ``seg.start``) a prefix of a segment.
+
+        ``shared`` is ``common_prefix(seg.ids, query_ids)``.  Returns ``(segment,
+        is_new)``:
+
+        * the query adds nothing (``shared == len(query_ids)``): ``seg`` itself,
+          False;
+        * ``shared`` reaches the segment's end: the same id extended in place
+          with the query's suffix (capped at the window end), False;
+        * otherwise a NEW segment (fresh id) with ``seg``'s first ``shared``
+          blocks (their first metadata kept) and the query's suffix, True.
+
+        The caller writes the result when it differs from ``seg``.
+        """
+        q = np.asarray(query_ids, dtype=np.uint64)[:self.S]
+        qm = np.asarray(query_metas, dtype=np.uint8)[:self.S]
+        if not 0 <= shared <= min(seg.n, len(q)):
+            raise ValueError(f"shared={shared} outside 0..{min(seg.n, len(q))}")
+        if shared == len(q):
+            return seg, False
+        if shared == seg.n:
+            ids = np.concatenate((seg.ids, q[shared:]))
+            metas = np.concatenate((seg.metas, qm[shared:]))
+            return Segment(seg.seg_id, seg.start, ids, metas), False
+        ids = np.concatenate((seg.ids[:shared], q[shared:]))
+        metas = np.concatenate((seg.metas[:shared], qm[shared:]))
+        return Segment(self.new_id(), seg.start, ids, metas), True
+
+    def new_segment(self, start: int, ids, metas) -> Segment:
+        """A fresh segment for blocks ``ids`` at window start ``start``."""
+        if start % self.S:
+            raise ValueError(f"segment start {start} is not a multiple of {self.S}")
+        ids = np.ascontiguousarray(ids, dtype=np.uint64)[:self.S]
+        metas = np.ascontiguousarray(metas, dtype=np.uint8)[:self.S]
+        return Segment(self.new_id(), start, ids, metas)
+
+    def stats(self) -> dict:
+        return {"segment_reads": self.logical_reads, "segment_read_calls": self.read_calls,
+                "segment_misses": self.misses, "corrupt_segments": self.corrupt_reads,
+                "segments_written": self.segments_written, "next_segment_id": self._next_id}

@@ -1,0 +1,284 @@
+"""The shared segment store layer: record codec, verification, ids, windows,
+in-place extension and copy-on-diverge, on the memory engine and on lmdb.
+
+The compiled codec and ``common_prefix`` must equal their pure-Python
+references byte for byte; every corruption of a stored record must be
+detected and turned into a counted miss.
+"""
+from __future__ import annotations
+
+import importlib
+import shutil
+import struct
+import tempfile
+import threading
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from prefixbench.engines.base import StoreConfig
+from prefixbench.engines.memory import MemoryStore
+from prefixbench.harness.errors import ConfigError
+from prefixbench.plugins import _segments
+from prefixbench.plugins.segments import (
+    HEADER_SIZE,
+    CorruptSegmentError,
+    Segment,
+    SegmentLayer,
+    checksum_py,
+    common_prefix,
+    common_prefix_py,
+    decode_segment,
+    decode_segment_py,
+    encode_segment,
+    encode_segment_py,
+    space_key,
+    verify_raws,
+    verify_raws_py,
+)
+
+SETTINGS = settings(max_examples=150, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow])
+
+
+def _engines() -> dict:
+    found = {"memory": MemoryStore}
+    try:
+        mod = importlib.import_module("prefixbench.engines.lmdb")
+    except ImportError:
+        return found
+    reg = {}
+    mod.prefixbench_register_engines(register=lambda name, cls, *a, **k: reg.__setitem__(name, cls))
+    found.update(reg)
+    return found
+
+
+ENGINES = _engines()
+ENGINE_NAMES = ["memory", pytest.param("lmdb", marks=pytest.mark.skipif(
+    "lmdb" not in ENGINES, reason="prefixbench.engines.lmdb is not importable"))]
+
+
+@pytest.fixture
+def open_store():
+    opened, dirs = [], []
+
+    def _open(engine: str, path: str | None = None):
+        if path is None:
+            path = tempfile.mkdtemp(prefix=f"pb-seg-{engine}-")
+            dirs.append(path)
+        s = ENGINES[engine](StoreConfig(path=path, durability="off"))
+        opened.append(s)
+        return s
+
+    yield _open
+    for s in opened:
+        s.close()
+    for d in dirs:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+segments = st.builds(
+    lambda sid, start, ids, ms, seed: Segment(
+        sid, start, np.array(ids, dtype=np.uint64),
+        np.random.default_rng(seed).integers(0, 256, (len(ids), ms), dtype=np.uint8)),
+    st.integers(1, (1 << 56) - 1), st.integers(0, 1 << 40).map(lambda x: x * 64),
+    st.lists(st.integers(0, (1 << 64) - 1), max_size=64), st.integers(1, 40), st.integers(0, 99))
+
+
+@SETTINGS
+@given(segments)
+def test_codec_equals_reference_and_round_trips(seg):
+    ms = seg.metas.shape[1]
+    raw = encode_segment(seg, ms)
+    assert raw == encode_segment_py(seg, ms)
+    assert len(raw) == HEADER_SIZE + seg.n * (8 + ms)
+    assert _segments.checksum(raw) == checksum_py(raw)
+    for dec in (decode_segment, decode_segment_py):
+        back = dec(raw, ms)
+        assert (back.seg_id, back.start) == (seg.seg_id, seg.start)
+        assert back.ids.dtype == np.uint64 and np.array_equal(back.ids, seg.ids)
+        assert back.metas.shape == (seg.n, ms) and np.array_equal(back.metas, seg.metas)
+
+
+def test_layout_is_columnar():
+    """All block ids first, then all metadata: verification reads one run."""
+    ids = np.array([1, 2, 3], dtype=np.uint64)
+    metas = np.full((3, 4), 0xAB, dtype=np.uint8)
+    raw = encode_segment(Segment(7, 128, ids, metas), 4)
+    assert raw[:4] == b"PBSG"
+    assert struct.unpack_from("<3Q", raw, HEADER_SIZE) == (1, 2, 3)
+    assert raw[HEADER_SIZE + 24:] == b"\xab" * 12
+
+
+@SETTINGS
+@given(segments, st.data())
+def test_every_corruption_is_detected(seg, data):
+    ms = seg.metas.shape[1]
+    raw = bytearray(encode_segment(seg, ms))
+    kind = data.draw(st.sampled_from(("flip", "truncate", "extend", "meta_size")))
+    if kind == "flip":
+        pos = data.draw(st.integers(0, len(raw) - 1))
+        raw[pos] ^= 1 << data.draw(st.integers(0, 7))
+        dec_ms = ms
+    elif kind == "truncate":
+        raw = raw[:data.draw(st.integers(0, len(raw) - 1))]
+        dec_ms = ms
+    elif kind == "extend":
+        raw += b"\0" * data.draw(st.integers(1, 64))
+        dec_ms = ms
+    else:
+        dec_ms = ms + 1
+    for dec in (decode_segment, decode_segment_py):
+        with pytest.raises(CorruptSegmentError):
+            dec(bytes(raw), dec_ms)
+
+
+@SETTINGS
+@given(st.lists(st.integers(0, 3), max_size=80), st.lists(st.integers(0, 3), max_size=80))
+def test_common_prefix_equals_reference(a, b):
+    x, y = np.array(a, dtype=np.uint64), np.array(b, dtype=np.uint64)
+    want = common_prefix_py(x, y)
+    assert common_prefix(x, y) == want
+    n = min(len(a), len(b))
+    assert want == next((i for i in range(n) if a[i] != b[i]), n)
+
+
+def test_common_prefix_on_extreme_values():
+    top = np.array([(1 << 64) - 1, 0, 1 << 63], dtype=np.uint64)
+    assert common_prefix(top, top.copy()) == 3
+    other = top.copy()
+    other[2] ^= np.uint64(1)
+    assert common_prefix(top, other) == 2
+
+
+@pytest.mark.parametrize("engine", ENGINE_NAMES)
+def test_ids_are_monotonic_and_recovered_from_the_store(engine, open_store, tmp_path):
+    path = str(tmp_path / engine)
+    store = open_store(engine, path)
+    layer = SegmentLayer(store, 8, 4)
+    assert layer.new_id() == 1
+    ids = [layer.new_id() for _ in range(40)]
+    assert ids == sorted(set(ids))
+    segs = [layer.new_segment(8 * k, np.arange(3, dtype=np.uint64), np.zeros((3, 4), np.uint8))
+            for k in range(70)]
+    layer.write_many(segs)
+    # other key spaces never count as segments
+    store.write_items([(space_key(1, 5), b"spill"), (space_key(2, 9), b"x")])
+    top = segs[-1].seg_id
+    if engine == "memory":
+        again = SegmentLayer(store, 8, 4)
+    else:
+        store.close()
+        again = SegmentLayer(open_store(engine, path), 8, 4)
+    assert again.new_id() == top + 1
+    assert again.read(top).n == 3
+
+
+def test_ids_are_unique_across_threads():
+    layer = SegmentLayer(MemoryStore(), 8, 4)
+    got: list[list[int]] = [[] for _ in range(4)]
+
+    def work(k):
+        got[k].extend(layer.new_id() for _ in range(2000))
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    flat = [i for g in got for i in g]
+    assert len(set(flat)) == len(flat) == 8000
+    assert all(g == sorted(g) for g in got)
+
+
+def test_windows_are_aligned():
+    layer = SegmentLayer(MemoryStore(), 64, 16)
+    assert layer.window(0) == (0, 64)
+    assert layer.window(63) == (0, 64)
+    assert layer.window(64) == (64, 128)
+    assert layer.window(200) == (192, 256)
+
+
+@pytest.mark.parametrize("engine", ENGINE_NAMES)
+def test_read_many_is_one_batch_and_corrupt_records_are_counted_misses(engine, open_store):
+    store = open_store(engine)
+    layer = SegmentLayer(store, 8, 4)
+    a = layer.new_segment(0, np.arange(1, 6, dtype=np.uint64), np.ones((5, 4), np.uint8))
+    b = layer.new_segment(8, np.arange(9, 12, dtype=np.uint64), np.ones((3, 4), np.uint8))
+    layer.write_many([a, b])
+    raw = bytearray(store.get(b.seg_id))
+    raw[-1] ^= 0xFF
+    store.write_items([(b.seg_id, bytes(raw))])
+    # a valid record stored under the wrong key is corrupt too
+    store.write_items([(999, encode_segment(a, 4))])
+    calls0 = store.stats().read_calls
+    got = layer.read_many([a.seg_id, b.seg_id, 12345, 999])
+    assert store.stats().read_calls == calls0 + 1
+    assert got[0] is not None and np.array_equal(got[0].ids, a.ids)
+    assert got[1] is None and got[2] is None and got[3] is None
+    assert layer.corrupt_reads == 2 and layer.corrupt_ids == [b.seg_id, 999]
+    assert layer.stats()["corrupt_segments"] == 2
+    assert layer.read(b.seg_id) is None and layer.corrupt_reads == 3
+
+
+def test_extend_in_place_and_copy_on_diverge():
+    layer = SegmentLayer(MemoryStore(), 8, 2)
+    seg = layer.new_segment(8, np.array([1, 2, 3], np.uint64), np.full((3, 2), 1, np.uint8))
+    q = np.array([1, 2, 3, 4, 5, 6, 7, 8, 9, 10], np.uint64)
+    qm = np.full((10, 2), 2, np.uint8)
+
+    same, new = layer.extend_or_copy(seg, q[:2], qm[:2], 2)
+    assert same is seg and not new                         # nothing to add
+
+    ext, new = layer.extend_or_copy(seg, q, qm, 3)
+    assert not new and ext.seg_id == seg.seg_id
+    assert ext.ids.tolist() == [1, 2, 3, 4, 5, 6, 7, 8]     # capped at the window end
+    assert ext.metas[:3].tolist() == [[1, 1]] * 3           # first metadata kept
+    assert ext.metas[3:].tolist() == [[2, 2]] * 5
+
+    div = np.array([1, 2, 9, 9], np.uint64)
+    cp, new = layer.extend_or_copy(ext, div, qm[:4], 2)
+    assert new and cp.seg_id > ext.seg_id and cp.start == 8
+    assert cp.ids.tolist() == [1, 2, 9, 9]
+    assert cp.metas.tolist() == [[1, 1], [1, 1], [2, 2], [2, 2]]
+    assert ext.ids.tolist() == [1, 2, 3, 4, 5, 6, 7, 8]     # the original is untouched
+    with pytest.raises(ValueError):
+        layer.extend_or_copy(seg, q, qm, 5)
+
+
+def test_bad_layer_configuration_is_a_config_error():
+    with pytest.raises(ConfigError, match="option S"):
+        SegmentLayer(MemoryStore(), 0, 16)
+    with pytest.raises(ConfigError, match="option meta_size"):
+        SegmentLayer(MemoryStore(), 64, 0)
+    layer = SegmentLayer(MemoryStore(), 8, 2)
+    with pytest.raises(ValueError):
+        layer.write(Segment(3, 5, np.zeros(2, np.uint64), np.zeros((2, 2), np.uint8)))
+
+
+@SETTINGS
+@given(st.lists(st.tuples(st.lists(st.integers(0, 2), max_size=10), st.integers(0, 2),
+                          st.sampled_from(("ok", "absent", "flip", "wrong-key", "elsewhere"))),
+                max_size=6),
+       st.lists(st.integers(0, 2), max_size=10))
+def test_batch_verification_equals_reference(records, query):
+    """Check + verify a batch: the best verified record, its length, the corrupt ones."""
+    raws, keys = [], []
+    for k, (ids, tag, kind) in enumerate(records, 1):
+        seg = Segment(k, 64 if kind == "elsewhere" else 0, np.array(ids, np.uint64),
+                      np.full((len(ids), 3), tag, np.uint8))
+        raw = bytearray(encode_segment(seg, 3))
+        if kind == "flip":
+            raw[-1 if ids else 0] ^= 4
+        raws.append(None if kind == "absent" else bytes(raw))
+        keys.append(k + 100 if kind == "wrong-key" else k)
+    q = np.array(query, np.uint64)
+    got = verify_raws(raws, np.array(keys, np.uint64), q, 0, 10, 3)
+    want = verify_raws_py(raws, keys, q, 0, 10, 3)
+    assert tuple(got) == tuple(want)
+    bad = [i for i, (_, _, kind) in enumerate(records) if kind in ("flip", "wrong-key")]
+    assert list(got[2]) == bad
+    ok = [common_prefix_py(r[0], query) for r in records]
+    good = [v for v, (_, _, kind) in zip(ok, records) if kind == "ok"]
+    assert got[1] == max(good, default=0)
