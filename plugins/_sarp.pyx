@@ -1,0 +1,723 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""Compiled hot paths of SARP: candidate filters, the match-potential search
+(ExistsMatch, paper Algorithm 1) and the routing directory.
+
+The rules are documented in :mod:`prefixbench.plugins.sarp`, which also holds
+the pure-Python references (:func:`filters_py`, :func:`max_potential_py`,
+:class:`RoutingDirectoryPy`) the tests hold these equal to.
+
+Routing directory layout: an open-addressing table of 32-bit entry indexes
+(linear probing on the key's hash, load <= 1/2, keys compared in the entry,
+nothing is ever deleted) over an array of 32-byte entries; each entry owns a
+posting array of packed 12-byte ``(filter, segment id)`` pairs sorted by
+filter ascending, then segment id descending (newest first among equal
+filters).  A readers-writer lock guards everything: a query sees a posting
+list either before or after an update, never in between, and
+:meth:`RoutingDirectory.publish` applies a whole back-fill batch under one
+write lock, so its entries appear all at once.  Writers and queries take the
+lock only after releasing the GIL and touch no Python object while holding
+it; ``dump``/``check`` (tests, snapshots) read under the lock with the GIL
+held, which cannot deadlock because no lock holder ever waits for the GIL.
+"""
+import numpy as np
+cimport numpy as cnp
+from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdlib cimport free, malloc, realloc, qsort
+from libc.string cimport memmove, memcpy
+
+cnp.import_array()
+
+cdef extern from *:
+    """
+    #include <pthread.h>
+    typedef struct { pthread_rwlock_t l; } sarp_rwlock;
+    static int sarp_rwlock_init(sarp_rwlock *x) {
+        pthread_rwlockattr_t a;
+        int r;
+        pthread_rwlockattr_init(&a);
+    #if defined(__GLIBC__)
+        pthread_rwlockattr_setkind_np(&a, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    #endif
+        r = pthread_rwlock_init(&x->l, &a);
+        pthread_rwlockattr_destroy(&a);
+        return r;
+    }
+    static inline void sarp_rdlock(sarp_rwlock *x) { pthread_rwlock_rdlock(&x->l); }
+    static inline void sarp_wrlock(sarp_rwlock *x) { pthread_rwlock_wrlock(&x->l); }
+    static inline void sarp_unlock(sarp_rwlock *x) { pthread_rwlock_unlock(&x->l); }
+    static inline void sarp_rwlock_destroy(sarp_rwlock *x) { pthread_rwlock_destroy(&x->l); }
+    """
+    ctypedef struct sarp_rwlock:
+        pass
+    int sarp_rwlock_init(sarp_rwlock *x) nogil
+    void sarp_rdlock(sarp_rwlock *x) nogil
+    void sarp_wrlock(sarp_rwlock *x) nogil
+    void sarp_unlock(sarp_rwlock *x) nogil
+    void sarp_rwlock_destroy(sarp_rwlock *x) nogil
+
+
+# ----------------------------------------------------------------------------- filters
+cdef inline uint64_t fmix64(uint64_t x) noexcept nogil:
+    x ^= x >> 33
+    x *= 0xFF51AFD7ED558CCDULL
+    x ^= x >> 33
+    x *= 0xC4CEB9FE1A85EC53ULL
+    x ^= x >> 33
+    return x
+
+
+cdef inline uint64_t _filter(const uint64_t* ids, Py_ssize_t n, Py_ssize_t off, int nfields,
+                             int stride, int bits) noexcept nogil:
+    cdef uint64_t f = 0, fmask = (<uint64_t>0xFFFFFFFFFFFFFFFFULL) if bits == 64 \
+        else ((<uint64_t>1 << bits) - 1)
+    cdef Py_ssize_t rs, re
+    cdef int i
+    for i in range(nfields):
+        rs = off + <Py_ssize_t>i * stride
+        if bits < 64:
+            f <<= bits
+        if rs < n:
+            re = rs + stride
+            if re > n:
+                re = n
+            f |= fmix64(ids[re - 1]) & fmask
+    if nfields * bits < 64:
+        f <<= 64 - nfields * bits
+    return f
+
+
+def filters(ids, Py_ssize_t n, offsets, int nfields, int stride, int bits):
+    """The candidate filter at each offset of ``offsets`` over ``ids[:n]``."""
+    cdef const uint64_t[::1] a = np.ascontiguousarray(ids, dtype=np.uint64)
+    cdef const int64_t[::1] o = np.ascontiguousarray(offsets, dtype=np.int64)
+    cdef Py_ssize_t k = o.shape[0], j
+    out = np.empty(k, dtype=np.uint64)
+    cdef uint64_t[::1] w = out
+    if n > a.shape[0]:
+        n = a.shape[0]
+    if k == 0:
+        return out
+    cdef const uint64_t* ap = &a[0] if a.shape[0] else NULL
+    with nogil:
+        for j in range(k):
+            w[j] = _filter(ap, n, o[j], nfields, stride, bits) if ap != NULL else 0
+    return out
+
+
+cdef inline uint64_t _prefix_mask(int k, int bits) noexcept nogil:
+    if k <= 0:
+        return 0
+    if k * bits >= 64:
+        return 0xFFFFFFFFFFFFFFFFULL
+    return ~((<uint64_t>0xFFFFFFFFFFFFFFFFULL) >> (k * bits))
+
+
+cdef packed struct Posting:
+    uint64_t filt
+    uint32_t seg        # segment ids are < 2**32 here (checked on the way in)
+
+
+cdef inline Py_ssize_t _lower(const Posting* p, Py_ssize_t n, uint64_t f) noexcept nogil:
+    """First index whose filter is >= f."""
+    cdef Py_ssize_t lo = 0, hi = n, mid
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if p[mid].filt < f:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+cdef inline Py_ssize_t _upper(const Posting* p, Py_ssize_t n, uint64_t f) noexcept nogil:
+    """First index whose filter is > f."""
+    cdef Py_ssize_t lo = 0, hi = n, mid
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if p[mid].filt <= f:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+cdef inline bint _exists(const Posting* p, Py_ssize_t n, uint64_t qf, int k, int bits) noexcept nogil:
+    """ExistsMatch: some candidate shares the query's first ``k`` fields."""
+    cdef uint64_t m = _prefix_mask(k, bits)
+    cdef uint64_t fmin = qf & m, fmax = fmin | ~m
+    cdef Py_ssize_t i = _lower(p, n, fmin)
+    return i < n and p[i].filt <= fmax
+
+
+cdef int _max_fields(const Posting* p, Py_ssize_t n, uint64_t qf, int nfields, int stride,
+                     int bits) noexcept nogil:
+    """Algorithm 1: binary search over L in [0, N*stride] for the largest L whose
+    filter interval is non-empty; returns k* = L* // stride (fields matched)."""
+    cdef int lo = 0, hi = nfields * stride, mid
+    while lo < hi:
+        mid = (lo + hi + 1) >> 1
+        if _exists(p, n, qf, mid // stride, bits):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo // stride
+
+
+def max_potential(filters_sorted, uint64_t qf, int nfields, int stride, int bits):
+    """``(L*, lo, hi)``: the largest filter-derived match potential in blocks from
+    the routing point, and the posting-list slice of the candidates reaching it."""
+    cdef cnp.ndarray f = np.ascontiguousarray(filters_sorted, dtype=np.uint64)
+    cdef Py_ssize_t n = f.shape[0], i
+    if n == 0:
+        return 0, 0, 0
+    cdef Posting* p = <Posting*>malloc(n * sizeof(Posting))
+    cdef const uint64_t* fp = <const uint64_t*>cnp.PyArray_DATA(f)
+    cdef int k
+    cdef uint64_t m, fmin
+    cdef Py_ssize_t lo, hi
+    with nogil:
+        for i in range(n):
+            p[i].filt = fp[i]
+            p[i].seg = 0
+        k = _max_fields(p, n, qf, nfields, stride, bits)
+        m = _prefix_mask(k, bits)
+        fmin = qf & m
+        lo = _lower(p, n, fmin)
+        hi = _upper(p, n, fmin | ~m)
+    free(p)
+    L = nfields * stride if k >= nfields else (k + 1) * stride - 1
+    return L, lo, hi
+
+
+# ----------------------------------------------------------------------------- directory
+cdef struct Entry:
+    uint64_t key
+    Posting* list
+    uint32_t n
+    uint32_t cap
+    uint32_t off
+    uint8_t visible
+    uint8_t next_state
+    uint8_t refine_state
+    uint8_t pad
+
+
+
+
+cdef inline uint64_t _slot_hash(uint64_t key) noexcept nogil:
+    return fmix64(key ^ 0x9E3779B97F4A7C15ULL)
+
+
+cdef inline bint _before(uint64_t fa, uint32_t sa, uint64_t fb, uint32_t sb) noexcept nogil:
+    """Posting order: filter ascending, then segment id descending."""
+    return fa < fb or (fa == fb and sa > sb)
+
+
+cdef int _cmp_seg_desc(const void* a, const void* b) noexcept nogil:
+    cdef uint32_t x = (<const Posting*>a).seg, y = (<const Posting*>b).seg
+    return -1 if x > y else (1 if x < y else 0)
+
+
+NONE, PENDING, LIVE = 0, 1, 2
+cdef uint64_t MAX_SEG = 0xFFFFFFFFULL
+
+
+cdef class RoutingDirectory:
+    """Routing key -> posting list of ``(filter, segment id)``; see the module doc."""
+
+    cdef Entry* entries
+    cdef Py_ssize_t n_ent, cap_ent
+    cdef uint32_t* slots     # entry index + 1 per slot; 0 = empty (keys live in the entries)
+    cdef uint64_t n_slots
+    cdef int64_t n_post
+    cdef int64_t post_bytes
+    cdef sarp_rwlock lock
+    cdef bint lock_ok
+
+    def __cinit__(self):
+        self.cap_ent = 64
+        self.entries = <Entry*>malloc(self.cap_ent * sizeof(Entry))
+        self.n_slots = 128
+        self.slots = <uint32_t*>malloc(self.n_slots * sizeof(uint32_t))
+        if self.entries == NULL or self.slots == NULL:
+            raise MemoryError()
+        cdef uint64_t i
+        for i in range(self.n_slots):
+            self.slots[i] = 0
+        self.n_ent = 0
+        self.n_post = 0
+        self.post_bytes = 0
+        if sarp_rwlock_init(&self.lock) != 0:
+            raise MemoryError("cannot create the directory lock")
+        self.lock_ok = True
+
+    def __dealloc__(self):
+        cdef Py_ssize_t i
+        if self.entries != NULL:
+            for i in range(self.n_ent):
+                free(self.entries[i].list)
+        free(self.entries)
+        free(self.slots)
+        if self.lock_ok:
+            sarp_rwlock_destroy(&self.lock)
+
+    # ---- table --------------------------------------------------------------
+    cdef inline Py_ssize_t _find(self, uint64_t key) noexcept nogil:
+        cdef uint64_t mask = self.n_slots - 1
+        cdef uint64_t i = _slot_hash(key) & mask
+        cdef uint32_t x
+        while True:
+            x = self.slots[i]
+            if x == 0:
+                return -1
+            if self.entries[x - 1].key == key:
+                return <Py_ssize_t>(x - 1)
+            i = (i + 1) & mask
+
+    cdef int _grow_slots(self) noexcept nogil:
+        cdef uint64_t new_n = self.n_slots * 2, i, j, mask = new_n - 1
+        cdef uint32_t* fresh = <uint32_t*>malloc(new_n * sizeof(uint32_t))
+        if fresh == NULL:
+            return -1
+        for i in range(new_n):
+            fresh[i] = 0
+        for i in range(self.n_slots):
+            if self.slots[i] != 0:
+                j = _slot_hash(self.entries[self.slots[i] - 1].key) & mask
+                while fresh[j] != 0:
+                    j = (j + 1) & mask
+                fresh[j] = self.slots[i]
+        free(self.slots)
+        self.slots = fresh
+        self.n_slots = new_n
+        return 0
+
+    cdef Py_ssize_t _create(self, uint64_t key, uint32_t off, uint8_t visible) noexcept nogil:
+        """A new empty entry (caller checked it is absent); -1 when out of memory."""
+        cdef void* p
+        cdef uint64_t i, mask
+        cdef Entry* e
+        if self.n_ent >= <Py_ssize_t>4294967280LL:
+            return -1
+        if (self.n_ent + 1) * 2 > <Py_ssize_t>self.n_slots:
+            if self._grow_slots() != 0:
+                return -1
+        if self.n_ent == self.cap_ent:
+            p = realloc(self.entries, self.cap_ent * 2 * sizeof(Entry))
+            if p == NULL:
+                return -1
+            self.entries = <Entry*>p
+            self.cap_ent *= 2
+        e = &self.entries[self.n_ent]
+        e.key = key
+        e.list = NULL
+        e.n = 0
+        e.cap = 0
+        e.off = off
+        e.visible = visible
+        e.next_state = 0
+        e.refine_state = 0
+        mask = self.n_slots - 1
+        i = _slot_hash(key) & mask
+        while self.slots[i] != 0:
+            i = (i + 1) & mask
+        self.slots[i] = <uint32_t>(self.n_ent + 1)
+        self.n_ent += 1
+        return self.n_ent - 1
+
+    cdef int _add(self, Entry* e, uint64_t filt, uint32_t seg, bint replace) noexcept nogil:
+        """Upsert ``seg`` into ``e``'s list: 1 added, 0 unchanged/replaced, -1 OOM."""
+        cdef Py_ssize_t i, pos = -1, lo, hi, mid
+        cdef uint32_t cap
+        cdef void* p
+        for i in range(e.n):
+            if e.list[i].seg == seg:
+                pos = i
+                break
+        if pos >= 0:
+            if not replace or e.list[pos].filt == filt:
+                return 0
+            memmove(&e.list[pos], &e.list[pos + 1], (e.n - pos - 1) * sizeof(Posting))
+            e.n -= 1
+            self.n_post -= 1
+        if e.n == e.cap:
+            cap = 1 if e.cap == 0 else (e.cap * 2 if e.cap < 64 else e.cap + e.cap // 2)
+            p = realloc(e.list, cap * sizeof(Posting))
+            if p == NULL:
+                return -1
+            self.post_bytes += (cap - e.cap) * sizeof(Posting)
+            e.list = <Posting*>p
+            e.cap = cap
+        lo = 0
+        hi = e.n
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if _before(e.list[mid].filt, e.list[mid].seg, filt, seg):
+                lo = mid + 1
+            else:
+                hi = mid
+        memmove(&e.list[lo + 1], &e.list[lo], (e.n - lo) * sizeof(Posting))
+        e.list[lo].filt = filt
+        e.list[lo].seg = seg
+        e.n += 1
+        self.n_post += 1
+        return 1 if pos < 0 else 0
+
+    # ---- mutation -------------------------------------------------------------
+    def upsert(self, uint64_t key, uint32_t off, uint64_t filt, uint64_t seg, bint visible_if_new):
+        """Register ``seg`` under ``key`` (replacing its filter if present).
+
+        Returns ``(size, visible, next_state, refine_state)`` of the entry after.
+        """
+        cdef Py_ssize_t e
+        cdef int r = 0
+        cdef Entry* ent
+        cdef uint32_t size
+        cdef uint8_t vis, ns, rs
+        if seg > MAX_SEG:
+            raise OverflowError(f"segment id {seg} does not fit the 32-bit posting reference")
+        with nogil:
+            sarp_wrlock(&self.lock)
+            e = self._find(key)
+            if e < 0:
+                e = self._create(key, off, visible_if_new)
+            if e < 0:
+                r = -1
+            else:
+                ent = &self.entries[e]
+                r = self._add(ent, filt, <uint32_t>seg, True)
+                size, vis, ns, rs = ent.n, ent.visible, ent.next_state, ent.refine_state
+            sarp_unlock(&self.lock)
+        if r < 0:
+            raise MemoryError("routing directory: out of memory")
+        return size, bool(vis), ns, rs
+
+    def set_state(self, uint64_t key, int next_state=-1, int refine_state=-1):
+        """Set an entry's pruning (``next_state``) or refinement state; -1 keeps it."""
+        cdef Py_ssize_t e
+        with nogil:
+            sarp_wrlock(&self.lock)
+            e = self._find(key)
+            if e >= 0:
+                if next_state >= 0:
+                    self.entries[e].next_state = <uint8_t>next_state
+                if refine_state >= 0:
+                    self.entries[e].refine_state = <uint8_t>refine_state
+            sarp_unlock(&self.lock)
+        if e < 0:
+            raise KeyError(key)
+
+    def publish(self, keys, offs, filts, segs, flip_keys, uint64_t parent, int which):
+        """Atomically: merge back-filled postings (existing registrations win, they
+        are newer), make ``flip_keys`` and every merged entry visible, and mark
+        the parent's ``which`` state (0 pruning, 1 refinement) LIVE."""
+        cdef const uint64_t[::1] k = np.ascontiguousarray(keys, dtype=np.uint64)
+        cdef const uint32_t[::1] o = np.ascontiguousarray(offs, dtype=np.uint32)
+        cdef const uint64_t[::1] f = np.ascontiguousarray(filts, dtype=np.uint64)
+        cdef const uint64_t[::1] s = np.ascontiguousarray(segs, dtype=np.uint64)
+        cdef const uint64_t[::1] fl = np.ascontiguousarray(flip_keys, dtype=np.uint64)
+        cdef Py_ssize_t n = k.shape[0], nf = fl.shape[0], i, e
+        cdef int r = 0
+        if not (o.shape[0] == n and f.shape[0] == n and s.shape[0] == n):
+            raise ValueError("publish: keys, offs, filts and segs differ in length")
+        for i in range(n):
+            if s[i] > MAX_SEG:
+                raise OverflowError(f"segment id {s[i]} does not fit the 32-bit posting reference")
+        with nogil:
+            sarp_wrlock(&self.lock)
+            for i in range(n):
+                e = self._find(k[i])
+                if e < 0:
+                    e = self._create(k[i], o[i], 1)
+                    if e < 0:
+                        r = -1
+                        break
+                self.entries[e].visible = 1
+                if self._add(&self.entries[e], f[i], <uint32_t>s[i], False) < 0:
+                    r = -1
+                    break
+            for i in range(nf):
+                e = self._find(fl[i])
+                if e >= 0:
+                    self.entries[e].visible = 1
+            e = self._find(parent)
+            if e >= 0:
+                if which == 0:
+                    self.entries[e].next_state = 2
+                else:
+                    self.entries[e].refine_state = 2
+            sarp_unlock(&self.lock)
+        if r < 0:
+            raise MemoryError("routing directory: out of memory")
+
+    # ---- queries ----------------------------------------------------------------
+    def info(self, uint64_t key):
+        """``(off, size, visible, next_state, refine_state)`` or None."""
+        cdef Py_ssize_t e
+        cdef uint32_t off = 0, size = 0
+        cdef uint8_t vis = 0, ns = 0, rs = 0
+        with nogil:
+            sarp_rdlock(&self.lock)
+            e = self._find(key)
+            if e >= 0:
+                off, size = self.entries[e].off, self.entries[e].n
+                vis, ns, rs = self.entries[e].visible, self.entries[e].next_state, \
+                    self.entries[e].refine_state
+            sarp_unlock(&self.lock)
+        if e < 0:
+            return None
+        return off, size, bool(vis), ns, rs
+
+    def postings(self, uint64_t key):
+        """Copies ``(filters, segment ids)`` of the entry, in list order."""
+        cdef Py_ssize_t e, i, n = 0
+        cdef Posting* tmp = NULL
+        with nogil:
+            sarp_rdlock(&self.lock)
+            e = self._find(key)
+            if e >= 0:
+                n = self.entries[e].n
+                tmp = <Posting*>malloc((n if n else 1) * sizeof(Posting))
+                if tmp != NULL and n:
+                    memcpy(tmp, self.entries[e].list, n * sizeof(Posting))
+            sarp_unlock(&self.lock)
+        if e < 0:
+            raise KeyError(key)
+        if tmp == NULL:
+            raise MemoryError()
+        f = np.empty(n, dtype=np.uint64)
+        s = np.empty(n, dtype=np.uint64)
+        for i in range(n):
+            f[i] = tmp[i].filt
+            s[i] = tmp[i].seg
+        free(tmp)
+        return f, s
+
+    def plan(self, keys, qfilters, offsets, Py_ssize_t qlen, int nfields, int stride, int bits,
+             bint filtering, Py_ssize_t limit):
+        """Route one query window.
+
+        ``keys``/``qfilters``/``offsets``: the query's probe points, deepest
+        first.  The first key with a visible, non-empty entry is used.  Returns
+        ``(j, segs, pots, n_before, n_after)``: the probe index (-1 on a miss),
+        up to ``limit`` (0 = all) candidate segment ids ranked by match
+        potential (groups in decreasing potential; list order inside a group),
+        their potentials as window-relative match-length bounds (capped at
+        ``qlen``), the list size, and the size of the top-potential group.
+        Without ``filtering`` candidates come newest first, all with potential
+        ``qlen``.
+        """
+        cdef const uint64_t[::1] k = np.ascontiguousarray(keys, dtype=np.uint64)
+        cdef const uint64_t[::1] qf = np.ascontiguousarray(qfilters, dtype=np.uint64)
+        cdef const int64_t[::1] o = np.ascontiguousarray(offsets, dtype=np.int64)
+        cdef Py_ssize_t nk = k.shape[0]
+        if qf.shape[0] < nk and filtering:
+            raise ValueError("plan: fewer query filters than keys")
+        if o.shape[0] < nk:
+            raise ValueError("plan: fewer offsets than keys")
+        if nk == 0:
+            return -1, np.empty(0, np.uint64), np.empty(0, np.int64), 0, 0
+        return self._plan(&k[0], &qf[0] if filtering else &k[0], &o[0], nk, qlen, nfields,
+                          stride, bits, filtering, limit)
+
+    def route(self, qw, probe_desc, int nfields, int stride, int bits, bint filtering,
+              Py_ssize_t limit):
+        """:meth:`plan` for the query window ``qw``: the probe points are the
+        offsets of ``probe_desc`` (deepest first) below ``len(qw)``; keys and
+        query filters are computed here, in one call."""
+        cdef const uint64_t[::1] q = np.ascontiguousarray(qw, dtype=np.uint64)
+        cdef const int64_t[::1] pd = np.ascontiguousarray(probe_desc, dtype=np.int64)
+        cdef Py_ssize_t qlen = q.shape[0], npd = pd.shape[0], i, nk = 0
+        cdef uint64_t kbuf[256]
+        cdef uint64_t fbuf[256]
+        cdef int64_t obuf[256]
+        if npd > 256:
+            raise ValueError("route: more than 256 routing points per window")
+        if qlen == 0:
+            return -1, np.empty(0, np.uint64), np.empty(0, np.int64), 0, 0
+        with nogil:
+            for i in range(npd):
+                if pd[i] < qlen:
+                    kbuf[nk] = q[pd[i]]
+                    obuf[nk] = pd[i]
+                    fbuf[nk] = _filter(&q[0], qlen, pd[i], nfields, stride, bits) if filtering else 0
+                    nk += 1
+        if nk == 0:
+            return -1, np.empty(0, np.uint64), np.empty(0, np.int64), 0, 0
+        return self._plan(kbuf, fbuf, obuf, nk, qlen, nfields, stride, bits, filtering, limit)
+
+    cdef object _plan(self, const uint64_t* k, const uint64_t* qf, const int64_t* o, Py_ssize_t nk,
+                      Py_ssize_t qlen, int nfields, int stride, int bits, bint filtering,
+                      Py_ssize_t limit):
+        cdef Py_ssize_t j = -1, e = -1, n = 0, cnt = 0, m = 0, i, lo, hi, plo, phi
+        cdef Py_ssize_t n_after = 0
+        cdef uint64_t* out_s = NULL
+        cdef int64_t* out_p = NULL
+        cdef const Posting* lst
+        cdef Posting* tmp
+        cdef int kstar = 0, kk
+        cdef int64_t pot
+        cdef uint64_t mask, fmin
+        cdef uint64_t qfj = 0
+        cdef int64_t offj = 0
+        with nogil:
+            sarp_rdlock(&self.lock)
+            for j in range(nk):
+                e = self._find(k[j])
+                if e >= 0 and self.entries[e].visible and self.entries[e].n > 0:
+                    break
+                e = -1
+            if e >= 0:
+                lst = self.entries[e].list
+                n = self.entries[e].n
+                m = n if (limit <= 0 or limit > n) else limit
+                out_s = <uint64_t*>malloc(m * sizeof(uint64_t))
+                out_p = <int64_t*>malloc(m * sizeof(int64_t))
+                if out_s != NULL and out_p != NULL:
+                    offj = o[j]
+                    if not filtering:
+                        tmp = <Posting*>malloc(n * sizeof(Posting))
+                        if tmp != NULL:
+                            memcpy(tmp, lst, n * sizeof(Posting))
+                            qsort(tmp, n, sizeof(Posting), _cmp_seg_desc)
+                            for i in range(m):
+                                out_s[i] = tmp[i].seg
+                                out_p[i] = qlen
+                            cnt = m
+                            free(tmp)
+                        n_after = n
+                    else:
+                        qfj = qf[j]
+                        kstar = _max_fields(lst, n, qfj, nfields, stride, bits)
+                        plo = n
+                        phi = n
+                        kk = kstar
+                        while kk >= 0 and cnt < m:
+                            mask = _prefix_mask(kk, bits)
+                            fmin = qfj & mask
+                            lo = _lower(lst, n, fmin)
+                            hi = _upper(lst, n, fmin | ~mask)
+                            if kk >= nfields:
+                                pot = qlen
+                            else:
+                                pot = offj + (kk + 1) * stride - 1
+                                if pot > qlen:
+                                    pot = qlen
+                            if kk == kstar:
+                                n_after = hi - lo
+                                plo = hi
+                                phi = hi
+                            i = lo
+                            while i < plo and cnt < m:
+                                out_s[cnt] = lst[i].seg
+                                out_p[cnt] = pot
+                                cnt += 1
+                                i += 1
+                            i = phi
+                            while i < hi and cnt < m:
+                                out_s[cnt] = lst[i].seg
+                                out_p[cnt] = pot
+                                cnt += 1
+                                i += 1
+                            plo = lo
+                            phi = hi
+                            kk -= 1
+            sarp_unlock(&self.lock)
+        if e >= 0 and (out_s == NULL or out_p == NULL or (cnt < m and m > 0)):
+            free(out_s)
+            free(out_p)
+            raise MemoryError("routing directory: out of memory in plan")
+        segs = np.empty(cnt, dtype=np.uint64)
+        pots = np.empty(cnt, dtype=np.int64)
+        cdef uint64_t[::1] sv = segs
+        cdef int64_t[::1] pv = pots
+        for i in range(cnt):
+            sv[i] = out_s[i]
+            pv[i] = out_p[i]
+        free(out_s)
+        free(out_p)
+        return (j if e >= 0 else -1), segs, pots, n, n_after
+
+    def dump(self):
+        """Every entry and posting (tests, snapshots): a dict of arrays."""
+        cdef Py_ssize_t i, t, c = 0
+        sarp_rdlock(&self.lock)
+        try:
+            ne = self.n_ent
+            keys = np.empty(ne, dtype=np.uint64)
+            offs = np.empty(ne, dtype=np.uint32)
+            vis = np.empty(ne, dtype=np.bool_)
+            nxt = np.empty(ne, dtype=np.uint8)
+            ref = np.empty(ne, dtype=np.uint8)
+            sizes = np.empty(ne, dtype=np.int64)
+            total = sum(self.entries[i].n for i in range(ne))
+            pent = np.empty(total, dtype=np.int64)
+            pf = np.empty(total, dtype=np.uint64)
+            ps = np.empty(total, dtype=np.uint64)
+            for i in range(ne):
+                keys[i] = self.entries[i].key
+                offs[i] = self.entries[i].off
+                vis[i] = self.entries[i].visible
+                nxt[i] = self.entries[i].next_state
+                ref[i] = self.entries[i].refine_state
+                sizes[i] = self.entries[i].n
+                for t in range(self.entries[i].n):
+                    pent[c] = i
+                    pf[c] = self.entries[i].list[t].filt
+                    ps[c] = self.entries[i].list[t].seg
+                    c += 1
+        finally:
+            sarp_unlock(&self.lock)
+        return {"keys": keys, "offs": offs, "visible": vis, "next_state": nxt,
+                "refine_state": ref, "sizes": sizes, "entry": pent, "filters": pf, "segs": ps}
+
+    def check(self):
+        """Structural invariants: every list sorted and free of duplicate segments,
+        every entry reachable through the table.  Raises AssertionError."""
+        cdef Py_ssize_t i, t
+        cdef bint ok = True
+        bad = ""
+        sarp_rdlock(&self.lock)
+        try:
+            for i in range(self.n_ent):
+                if self._find(self.entries[i].key) != i:
+                    bad = f"entry {i} unreachable"
+                    break
+                for t in range(1, self.entries[i].n):
+                    if not _before(self.entries[i].list[t - 1].filt, self.entries[i].list[t - 1].seg,
+                                   self.entries[i].list[t].filt, self.entries[i].list[t].seg):
+                        bad = f"entry {i} unsorted at {t}"
+                        break
+                if bad:
+                    break
+                segs = [self.entries[i].list[t].seg for t in range(self.entries[i].n)]
+                if len(set(segs)) != len(segs):
+                    bad = f"entry {i} lists a segment twice"
+                    break
+        finally:
+            sarp_unlock(&self.lock)
+        if bad:
+            raise AssertionError(bad)
+        return True
+
+    @property
+    def n_entries(self):
+        return self.n_ent
+
+    @property
+    def n_postings(self):
+        return self.n_post
+
+    @property
+    def nbytes(self):
+        """Bytes allocated: entry array, hash table, posting arrays."""
+        return self.cap_ent * sizeof(Entry) + self.n_slots * sizeof(uint32_t) + self.post_bytes
+
+    @property
+    def used_bytes(self):
+        """Bytes the live state needs: entries, the table, postings (no spare capacity)."""
+        return self.n_ent * sizeof(Entry) + self.n_slots * sizeof(uint32_t) \
+            + self.n_post * sizeof(Posting)
+
+    def __len__(self):
+        return self.n_ent

@@ -1,0 +1,749 @@
+"""``sarp``: Sparse Adaptive Routing and Packing (SARP paper, section 4).
+
+Block IDs and metadata live in on-store **segments** (:mod:`.segments`): up to
+``S`` consecutive blocks of one sequence, aligned to windows ``[kS, (k+1)S)``.
+A sparse in-memory **routing directory** maps the chained block ID at a
+*routing point* to a posting list of ``(filter, segment id)`` sorted by filter.
+
+Routing points of a segment starting at ``s`` (offsets in the window):
+
+* base points ``s + i*S/R`` (``i < R``); the first is always registered;
+* with ``pruning``: base point ``i+1`` is registered only while the entry at
+  base point ``i`` is *expanded* - it has held more than
+  ``pruning_threshold`` segments; when an entry first grows past the
+  threshold, a background job **rematerializes** the skipped point for every
+  segment already in it (reading them from the store);
+* with ``refinement``: when a base entry holds more than ``tau`` segments, the
+  midpoint ``p + S/(2R)`` of its interval is materialized for its segments;
+  in the final interval, a midpoint entry above ``tau`` adds the last-block
+  point ``s + S - 1``.  So a segment has at most ``2R + 1`` registrations.
+
+Back-fill jobs (rematerialization, refinement) build their entries privately:
+while a parent's job is pending, inserts register the child point into
+*pending* entries that queries ignore, so the parent stays authoritative;
+:meth:`RoutingDirectory.publish` then merges the job's postings and makes all
+children visible under one write lock - a query sees the complete old state
+or the complete new one.  A visible entry therefore always lists *every*
+segment carrying its key, which is what makes ``max_retrieval=0`` exact.
+
+Matching goes window by window: probe the deepest routing point the query
+reaches in the window (falling back to earlier ones on a miss); rank the
+posting list by filter-derived match potential (binary search, Algorithm 1);
+read at most ``max_retrieval`` segments with one ``get_many`` (a further
+batch only when every segment read fell short of its filter estimate and
+budget remains); verify block IDs from the window start; move to the next
+window only after a full-window match.  With ``filtering`` off there is no
+ranking to choose by, so the cap goes with it (paper section 1: filtering
+"prioritizes candidates ... and caps segment retrievals"): every candidate
+of the routing entry is read in one batch and verified.
+
+Filters: ``N`` fields of ``b`` bits, field ``i`` = low ``b`` bits of
+``fmix64(last block id of region i)``, region ``i`` = blocks ``[p + i*stride,
+p + (i+1)*stride)`` clipped to the segment (query) end; fields with no block
+are 0; first field in the most significant bits.  A candidate whose first
+mismatching field is ``j`` (1-based) can match at most ``j*stride - 1`` blocks
+from ``p``.
+
+Insertion skips the whole windows this thread's previous match verified
+(when the inserted sequence shares that prefix, as a request's ``insert``
+follows its ``match``: chained ids make it the same prefix, and stored blocks
+never go away), then runs the matching path with an unlimited budget, so the
+segment it extends or copies from is the one sharing the longest prefix (a
+block already indexed keeps its first metadata, as the contract requires);
+it extends that segment in place, copies it on divergence, or writes new
+segments; all records of one insert go in one write batch.  Inserts are serialised by one lock;
+matches take only the directory's read lock (inside its compiled calls) and
+run concurrently with inserts and with the background worker.
+
+Corrupt segment records are counted misses (:class:`SegmentLayer`), never
+reused.  Snapshot/recover of the routing directory is not here yet (issue 4);
+:meth:`RoutingDirectory.dump` returns everything a snapshot holds.
+
+Hot paths are compiled (:mod:`prefixbench.plugins._sarp`: filters, the
+match-potential search, the directory; :mod:`prefixbench.plugins._segments`:
+record checks and block-ID verification); ``directory="python"`` runs the
+same strategy on the pure-Python references, which the tests hold equal.
+"""
+from __future__ import annotations
+
+import bisect
+import queue
+import threading
+
+import numpy as np
+from prefixbench.harness.errors import ConfigError
+from prefixbench.plugins import _sarp
+from prefixbench.plugins._sarp import RoutingDirectory
+from prefixbench.plugins.hookspecs import hookimpl
+from prefixbench.plugins.segments import Segment, SegmentLayer, verify_raws, verify_raws_py
+from prefixbench.plugins.strategy import META_SIZE, IndexStrategy, Match, Option
+
+__all__ = ["SarpStrategy", "RoutingDirectory", "RoutingDirectoryPy", "filters_py",
+           "max_potential_py", "NONE", "PENDING", "LIVE"]
+
+NONE, PENDING, LIVE = 0, 1, 2
+_MASK = (1 << 64) - 1
+
+
+# ----------------------------------------------------------------------------- references
+def _fmix64(x: int) -> int:
+    x ^= x >> 33
+    x = (x * 0xFF51AFD7ED558CCD) & _MASK
+    x ^= x >> 33
+    x = (x * 0xC4CEB9FE1A85EC53) & _MASK
+    x ^= x >> 33
+    return x
+
+
+def filters_py(ids, n: int, offsets, nfields: int, stride: int, bits: int) -> np.ndarray:
+    """Reference of :func:`_sarp.filters`."""
+    ids = [int(x) for x in np.asarray(ids, dtype=np.uint64)]
+    n = min(n, len(ids))
+    fmask = (1 << bits) - 1
+    out = []
+    for off in np.asarray(offsets, dtype=np.int64).tolist():
+        f = 0
+        for i in range(nfields):
+            rs = off + i * stride
+            f = (f << bits) & _MASK
+            if rs < n:
+                f |= _fmix64(ids[min(rs + stride, n) - 1]) & fmask
+        out.append((f << (64 - nfields * bits)) & _MASK)
+    return np.array(out, dtype=np.uint64)
+
+
+def _prefix_mask(k: int, bits: int) -> int:
+    if k <= 0:
+        return 0
+    if k * bits >= 64:
+        return _MASK
+    return _MASK ^ (_MASK >> (k * bits))
+
+
+def _range(flts: list, qf: int, k: int, bits: int) -> tuple[int, int]:
+    m = _prefix_mask(k, bits)
+    fmin = qf & m
+    return bisect.bisect_left(flts, fmin), bisect.bisect_right(flts, fmin | (_MASK ^ m))
+
+
+def max_potential_py(filters_sorted, qf: int, nfields: int, stride: int, bits: int):
+    """Reference of :func:`_sarp.max_potential` (Algorithm 1, literally)."""
+    flts = [int(x) for x in filters_sorted]
+    if not flts:
+        return 0, 0, 0
+
+    def exists(L):
+        lo, hi = _range(flts, qf, L // stride, bits)
+        return lo < hi
+
+    lo, hi = 0, nfields * stride
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if exists(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    k = lo // stride
+    L = nfields * stride if k >= nfields else (k + 1) * stride - 1
+    a, b = _range(flts, qf, k, bits)
+    return L, a, b
+
+
+class _EntryPy:
+    __slots__ = ("off", "visible", "next_state", "refine_state", "items")
+
+    def __init__(self, off, visible):
+        self.off, self.visible = off, visible
+        self.next_state = self.refine_state = NONE
+        self.items: list[tuple[int, int]] = []    # sorted by (filter, -seg)
+
+
+class RoutingDirectoryPy:
+    """Reference of :class:`RoutingDirectory` (dicts and lists, one lock)."""
+
+    def __init__(self):
+        self._d: dict[int, _EntryPy] = {}
+        self._lock = threading.Lock()
+
+    def upsert(self, key, off, filt, seg, visible_if_new):
+        with self._lock:
+            e = self._d.get(int(key))
+            if e is None:
+                e = self._d[int(key)] = _EntryPy(int(off), bool(visible_if_new))
+            # items hold (filter, -seg): ascending order is filter up, segment id down
+            for i, (f, s) in enumerate(e.items):
+                if -s == int(seg):
+                    if f == int(filt):
+                        break
+                    del e.items[i]
+                    bisect.insort(e.items, (int(filt), -int(seg)))
+                    break
+            else:
+                bisect.insort(e.items, (int(filt), -int(seg)))
+            return len(e.items), e.visible, e.next_state, e.refine_state
+
+    def set_state(self, key, next_state=-1, refine_state=-1):
+        with self._lock:
+            e = self._d[int(key)]
+            if next_state >= 0:
+                e.next_state = next_state
+            if refine_state >= 0:
+                e.refine_state = refine_state
+
+    def publish(self, keys, offs, filts, segs, flip_keys, parent, which):
+        with self._lock:
+            for k, o, f, s in zip(np.asarray(keys, np.uint64).tolist(), np.asarray(offs).tolist(),
+                                  np.asarray(filts, np.uint64).tolist(),
+                                  np.asarray(segs, np.uint64).tolist()):
+                e = self._d.get(k)
+                if e is None:
+                    e = self._d[k] = _EntryPy(o, True)
+                e.visible = True
+                if all(-x != s for _, x in e.items):
+                    bisect.insort(e.items, (f, -s))
+            for k in np.asarray(flip_keys, np.uint64).tolist():
+                if k in self._d:
+                    self._d[k].visible = True
+            p = self._d.get(int(parent))
+            if p is not None:
+                if which == 0:
+                    p.next_state = LIVE
+                else:
+                    p.refine_state = LIVE
+
+    def info(self, key):
+        with self._lock:
+            e = self._d.get(int(key))
+            if e is None:
+                return None
+            return e.off, len(e.items), e.visible, e.next_state, e.refine_state
+
+    def postings(self, key):
+        with self._lock:
+            e = self._d[int(key)]
+            return (np.array([f for f, _ in e.items], dtype=np.uint64),
+                    np.array([-s for _, s in e.items], dtype=np.uint64))
+
+    def plan(self, keys, qfilters, offsets, qlen, nfields, stride, bits, filtering, limit):
+        keys = np.asarray(keys, np.uint64).tolist()
+        offsets = np.asarray(offsets, np.int64).tolist()
+        qfilters = np.asarray(qfilters, np.uint64).tolist()
+        with self._lock:
+            for j, k in enumerate(keys):
+                e = self._d.get(k)
+                if e is not None and e.visible and e.items:
+                    items = list(e.items)
+                    break
+            else:
+                return -1, np.empty(0, np.uint64), np.empty(0, np.int64), 0, 0
+        n = len(items)
+        m = n if limit <= 0 else min(limit, n)
+        if not filtering:
+            segs = sorted((-s for _, s in items), reverse=True)[:m]
+            return j, np.array(segs, np.uint64), np.full(len(segs), qlen, np.int64), n, n
+        flts = [f for f, _ in items]
+        qf = qfilters[j]
+        L, lo, hi = max_potential_py(flts, qf, nfields, stride, bits)
+        kstar = L // stride
+        out, pots, prev = [], [], None
+        for k in range(kstar, -1, -1):
+            a, b = _range(flts, qf, k, bits)
+            pot = qlen if k >= nfields else min(offsets[j] + (k + 1) * stride - 1, qlen)
+            idx = range(a, b) if prev is None else list(range(a, prev[0])) + list(range(prev[1], b))
+            for i in idx:
+                out.append(-items[i][1])
+                pots.append(pot)
+            prev = (a, b)
+        return (j, np.array(out[:m], np.uint64), np.array(pots[:m], np.int64), n, hi - lo)
+
+    def dump(self):
+        with self._lock:
+            keys = list(self._d)
+            es = [self._d[k] for k in keys]
+            ent = [i for i, e in enumerate(es) for _ in e.items]
+            return {"keys": np.array(keys, np.uint64), "offs": np.array([e.off for e in es], np.uint32),
+                    "visible": np.array([e.visible for e in es], np.bool_),
+                    "next_state": np.array([e.next_state for e in es], np.uint8),
+                    "refine_state": np.array([e.refine_state for e in es], np.uint8),
+                    "sizes": np.array([len(e.items) for e in es], np.int64),
+                    "entry": np.array(ent, np.int64),
+                    "filters": np.array([f for e in es for f, _ in e.items], np.uint64),
+                    "segs": np.array([-s for e in es for _, s in e.items], np.uint64)}
+
+    def check(self):
+        for e in self._d.values():
+            assert e.items == sorted(e.items)
+            assert len({s for _, s in e.items}) == len(e.items)
+        return True
+
+    @property
+    def n_entries(self):
+        return len(self._d)
+
+    @property
+    def n_postings(self):
+        return sum(len(e.items) for e in self._d.values())
+
+    @property
+    def nbytes(self):
+        """Rough: the compiled layout's sizes, not Python's."""
+        return 40 * len(self._d) + 12 * self.n_postings
+
+    used_bytes = nbytes
+
+    def __len__(self):
+        return len(self._d)
+
+
+# ----------------------------------------------------------------------------- strategy
+class _Geometry:
+    """Routing-point offsets of a window and how they hang together."""
+
+    def __init__(self, S: int, R: int, refinement: bool):
+        step = S // R
+        self.base = [i * step for i in range(R)]
+        half = step // 2
+        self.mids = [b + half for b in self.base] if (refinement and half >= 1) else []
+        last = S - 1
+        self.last = last if (self.mids and last not in self.base and last not in self.mids) else None
+        offs = set(self.base) | set(self.mids) | ({self.last} if self.last is not None else set())
+        self.probe_desc = np.array(sorted(offs, reverse=True), dtype=np.int64)
+        self.asc = sorted(offs)
+        self.next_base = {b: self.base[i + 1] for i, b in enumerate(self.base[:-1])}
+        self.mid_of = {b: m for b, m in zip(self.base, self.mids)}
+        self.final_mid = self.mids[-1] if self.mids else None
+
+    def probes(self, qlen: int) -> np.ndarray:
+        """Probe offsets below ``qlen``, deepest first."""
+        k = bisect.bisect_left(self.asc, qlen)
+        return self.probe_desc[len(self.probe_desc) - k:]
+
+
+class SarpStrategy(IndexStrategy):
+    """Sparse adaptive routing over on-store segments (SARP, paper section 4)."""
+
+    name = "sarp"
+    needs_store = True
+    exact = False
+    options = {
+        "S": Option(64, "blocks per segment (window size)", min=1, max=1 << 16),
+        "R": Option(4, "base routing points per segment; must divide S", min=1, max=127),
+        "N": Option(8, "filter fields", min=1, max=64),
+        "b": Option(8, "bits per filter field; must divide 64, N*b <= 64", min=1, max=64),
+        "stride": Option(2, "blocks per filter region", min=1, max=1 << 16),
+        "tau": Option(256, "posting-list size that triggers refinement", min=1, max=1 << 32),
+        "pruning_threshold": Option(3, "posting-list size at or below which the next base "
+                                    "point is pruned", min=0, max=1 << 32),
+        "max_retrieval": Option(3, "segment retrievals per window (0 = unlimited)", min=0,
+                                max=1 << 20),
+        "refinement": Option(True, "adaptive routing-point refinement"),
+        "filtering": Option(True, "candidate filtering: rank by match potential and cap "
+                            "retrievals at max_retrieval (off: verify every candidate)"),
+        "pruning": Option(True, "adaptive routing-point pruning"),
+        "backfill": Option("background", "run back-fill jobs in a background worker or "
+                           "synchronously inside insert", choices=("background", "sync")),
+        "directory": Option("compiled", "hot-path implementation: compiled, or python = the "
+                            "pure-Python references of the directory, filters and "
+                            "verification (for tests)", choices=("compiled", "python")),
+    }
+
+    def __init__(self, store=None, options=None, meta_size: int = META_SIZE):
+        super().__init__(store, options, meta_size)
+        o = self.opts
+        S, R, b, N = o["S"], o["R"], o["b"], o["N"]
+        if S % R:
+            raise ConfigError(f"option S: {S} is not a multiple of R={R}")
+        if 64 % b:
+            raise ConfigError(f"option b: {b} filter bits do not divide 64")
+        if N * b > 64:
+            raise ConfigError(f"option N: {N} fields of {b} bits exceed the 64-bit filter")
+        self.S, self.R, self.N, self.bits, self.stride = S, R, N, b, o["stride"]
+        self.tau, self.pt = o["tau"], o["pruning_threshold"]
+        self.budget = o["max_retrieval"]
+        self.refinement, self.filtering, self.pruning = o["refinement"], o["filtering"], o["pruning"]
+        self.layer = SegmentLayer(store, S, meta_size)
+        self._compiled = o["directory"] == "compiled"
+        self.dir = RoutingDirectory() if self._compiled else RoutingDirectoryPy()
+        self._verify = verify_raws if self._compiled else verify_raws_py
+        self._filters = _sarp.filters if self._compiled else filters_py
+        self.geo = _Geometry(S, R, self.refinement)
+        self._insert_lock = threading.RLock()
+        self._stat_lock = threading.Lock()
+        self._pending_children: dict[tuple[int, int], set] = {}
+        self._jobs: "queue.Queue" = queue.Queue()
+        self._sync_jobs: list = []
+        self._worker: threading.Thread | None = None
+        self._worker_error: BaseException | None = None
+        self._closed = False
+        self._c = dict.fromkeys((
+            "matches", "match_reads", "match_windows", "entry_uses", "cand_before", "cand_after",
+            "retrieved", "extra_batches", "inserts", "insert_reads", "segments", "segments_copied",
+            "segments_extended", "logical_blocks", "copied_blocks", "jobs", "jobs_expand",
+            "jobs_refine", "backfill_reads", "backfill_postings", "insert_windows_reused"), 0)
+        self._tl = threading.local()
+
+    # ------------------------------------------------------------------ routing one window
+    def _route(self, qw: np.ndarray, ws: int, budget: int):
+        """Best verified segment for the query window ``qw`` (starting at ``ws``).
+
+        Returns ``(v, seg, info)`` with ``v`` the verified shared prefix length
+        and ``info = (n_before, n_after, retrieved, batches)``, None on a miss.
+        """
+        qlen = len(qw)
+        if not self.filtering:
+            budget = 0          # no ranking to choose by: every candidate is verified
+        if self._compiled:
+            j, cands, pots, nb, na = self.dir.route(qw, self.geo.probe_desc, self.N, self.stride,
+                                                    self.bits, self.filtering, budget)
+        else:
+            offs = self.geo.probes(qlen)
+            keys = qw[offs]
+            qf = filters_py(qw, qlen, offs, self.N, self.stride, self.bits)
+            j, cands, pots, nb, na = self.dir.plan(keys, qf, offs, qlen, self.N, self.stride,
+                                                   self.bits, self.filtering, budget)
+        if j < 0:
+            return 0, None, None
+        ncand = len(cands)
+        if not self.filtering:
+            m = ncand           # in one batch
+        else:
+            # first batch: the top-potential group, capped by the budget (unlimited: 2)
+            m = max(1, min(na, budget if budget else 2, ncand))
+        i = got = batches = 0
+        best_v, best_raw, best_id = 0, None, 0
+        layer = self.layer
+        while True:
+            batch = cands[i:i + m]
+            raws = layer.read_raw_many(batch)
+            batches += 1
+            got += len(batch)
+            i += len(batch)
+            k, v, corrupt = self._verify(raws, batch, qw, ws, self.S, self.meta_size)
+            if corrupt:
+                layer.count_corrupt(batch[corrupt])
+            if v > best_v:
+                best_v, best_raw, best_id = v, raws[k], int(batch[k])
+            if best_v >= qlen or i >= ncand or (budget and got >= budget):
+                break
+            if pots[i] <= best_v:
+                break       # nobody left can beat what was verified
+            # next group: candidates sharing the next potential (at most the budget left)
+            run = int(np.searchsorted(-pots[i:], -pots[i], side="right"))
+            m = min(run, budget - got) if budget else min(run, 2 * len(batch))
+        if best_raw is None:
+            return 0, None, (nb, na, got, batches)
+        seg = layer.verified(best_raw) if self._compiled else layer.decode(best_id, best_raw)
+        return best_v, seg, (nb, na, got, batches)
+
+    # ------------------------------------------------------------------ match
+    def match(self, block_ids: np.ndarray) -> Match:
+        q = np.ascontiguousarray(block_ids, dtype=np.uint64)
+        if q.ndim != 1:
+            raise ValueError(f"block ids must be a 1-D uint64 array, got shape {q.shape}")
+        S, n = self.S, len(q)
+        parts, pos = [], 0
+        windows = uses = before = after = retrieved = extra = 0
+        while pos < n:
+            qw = q[pos:pos + S]
+            windows += 1
+            v, seg, info = self._route(qw, pos, self.budget)
+            if info is not None:
+                uses += 1
+                before += info[0]
+                after += info[1]
+                retrieved += info[2]
+                extra += info[3] - 1
+            if v == 0:
+                break
+            parts.append(seg.metas[:v])
+            pos += v
+            if v < S:
+                break
+        with self._stat_lock:
+            c = self._c
+            c["matches"] += 1
+            c["match_windows"] += windows
+            c["entry_uses"] += uses
+            c["cand_before"] += before
+            c["cand_after"] += after
+            c["retrieved"] += retrieved
+            c["match_reads"] += retrieved
+            c["extra_batches"] += extra
+        full = pos - pos % S
+        if full:
+            # remember the last fully verified window for this thread's insert
+            self._tl.full = (full, int(q[full - 1]))
+        if not parts:
+            return Match.empty(self.meta_size)
+        metas = np.concatenate(parts) if len(parts) > 1 else parts[0].copy()
+        return Match(pos, metas)
+
+    # ------------------------------------------------------------------ insert
+    def insert(self, block_ids: np.ndarray, metas: np.ndarray) -> None:
+        x = np.ascontiguousarray(block_ids, dtype=np.uint64)
+        if x.ndim != 1:
+            raise ValueError(f"block ids must be a 1-D uint64 array, got shape {x.shape}")
+        n, S = len(x), self.S
+        xm = np.ascontiguousarray(metas, dtype=np.uint8)
+        if xm.shape != (n, self.meta_size):
+            raise ValueError(f"metas must be a uint8 array of shape ({n}, {self.meta_size}), "
+                             f"got shape {xm.shape}")
+        if n == 0:
+            return
+        self._check_worker()
+        ws = 0
+        full = getattr(self._tl, "full", None)
+        if full is not None and full[0] <= n and int(x[full[0] - 1]) == full[1]:
+            # this thread's last match verified whole windows through full[0]; chained
+            # ids make that this sequence's prefix, and stored blocks never go away
+            ws = full[0]
+        with self._insert_lock:
+            writes: list[Segment] = []
+            reads = 0
+            new_blocks = copied = ext = cp = 0
+            skipped = ws // S
+            while ws < n:
+                xw = x[ws:ws + S]
+                v, seg, info = self._route(xw, ws, 0)
+                if info is not None:
+                    reads += info[2]
+                if seg is not None and v == S:
+                    ws += S                       # the whole window is already stored
+                    continue
+                if seg is not None:
+                    res, is_new = self.layer.extend_or_copy(seg, xw, xm[ws:ws + S], v)
+                    if res is not seg:
+                        writes.append(res)
+                        if is_new:
+                            cp += 1
+                            copied += v
+                            new_blocks += res.n
+                        else:
+                            ext += 1
+                            new_blocks += res.n - seg.n
+                    ws += S
+                # every later window is new: nobody shares this prefix past here
+                while ws < n:
+                    s = self.layer.new_segment(ws, x[ws:ws + S], xm[ws:ws + S])
+                    writes.append(s)
+                    new_blocks += s.n
+                    ws += S
+            if writes:
+                self.layer.write_many(writes)
+                for s in writes:
+                    self._register(s)
+            with self._stat_lock:
+                c = self._c
+                c["inserts"] += 1
+                c["insert_reads"] += reads
+                c["insert_windows_reused"] += skipped
+                c["segments"] += len(writes) - ext
+                c["segments_copied"] += cp
+                c["segments_extended"] += ext
+                c["logical_blocks"] += new_blocks
+                c["copied_blocks"] += copied
+            self._run_sync_jobs()
+
+    # ------------------------------------------------------------------ registration
+    def _register(self, seg: Segment) -> None:
+        """Register ``seg``'s routing points (caller holds the insert lock)."""
+        geo, n = self.geo, seg.n
+        offs = [o for o in geo.asc if o < n]
+        ids = seg.ids
+        flts = self._filters(ids, n, np.array(offs, np.int64), self.N, self.stride, self.bits)
+        fl = dict(zip(offs, flts.tolist()))
+        key_at = {o: int(ids[o]) for o in offs}
+        sid = seg.seg_id
+        base_reg = []
+        parent_state = LIVE
+        for i, b in enumerate(geo.base):
+            if b >= n:
+                break
+            if i > 0:
+                parent = key_at[geo.base[i - 1]]
+                if self.pruning:
+                    parent_state = self.dir.info(parent)[3]
+                    if parent_state == NONE:
+                        break
+                else:
+                    parent_state = LIVE
+            visible_new = parent_state == LIVE
+            size, vis, ns, rs = self.dir.upsert(key_at[b], b, fl[b], sid, visible_new)
+            if parent_state == PENDING and not vis:
+                self._pending_children.setdefault((key_at[geo.base[i - 1]], 0), set()).add(key_at[b])
+            base_reg.append(b)
+            if vis:
+                self._maybe_trigger(key_at[b], b, size, ns, rs)
+        if not self.refinement:
+            return
+        for b in base_reg:
+            m = geo.mid_of.get(b)
+            if m is None or m >= n:
+                continue
+            parent = key_at[b]
+            st = self.dir.info(parent)[4]
+            if st == NONE:
+                continue
+            size, vis, ns, rs = self.dir.upsert(key_at[m], m, fl[m], sid, st == LIVE)
+            if st == PENDING and not vis:
+                self._pending_children.setdefault((parent, 1), set()).add(key_at[m])
+            if vis:
+                self._maybe_trigger(key_at[m], m, size, ns, rs)
+            if m == geo.final_mid and geo.last is not None and geo.last < n:
+                st2 = self.dir.info(key_at[m])[4]
+                if st2 == NONE:
+                    continue
+                last = geo.last
+                size, vis, ns, rs = self.dir.upsert(key_at[last], last, fl[last], sid, st2 == LIVE)
+                if st2 == PENDING and not vis:
+                    self._pending_children.setdefault((key_at[m], 1), set()).add(key_at[last])
+
+    def _maybe_trigger(self, key: int, off: int, size: int, ns: int, rs: int) -> None:
+        """Schedule rematerialization / refinement for a visible entry that outgrew
+        its threshold (caller holds the insert lock)."""
+        geo = self.geo
+        if (self.pruning and ns == NONE and size > self.pt and off in geo.next_base):
+            self.dir.set_state(key, next_state=PENDING)
+            self._schedule((key, off, 0))
+        if self.refinement and rs == NONE and size > self.tau:
+            if off in geo.mid_of or (off == geo.final_mid and geo.last is not None):
+                self.dir.set_state(key, refine_state=PENDING)
+                self._schedule((key, off, 1))
+
+    # ------------------------------------------------------------------ back-fill
+    def _schedule(self, job) -> None:
+        with self._stat_lock:
+            self._c["jobs"] += 1
+            self._c["jobs_expand" if job[2] == 0 else "jobs_refine"] += 1
+        if self.opts["backfill"] == "sync":
+            self._sync_jobs.append(job)
+            return
+        if self._worker is None:
+            self._worker = threading.Thread(target=self._work, name="sarp-backfill", daemon=True)
+            self._worker.start()
+        self._jobs.put(job)
+
+    def _run_sync_jobs(self) -> None:
+        while self._sync_jobs:
+            job = self._sync_jobs.pop(0)
+            self._publish(job, self._compute(job))
+
+    def _work(self) -> None:
+        while True:
+            job = self._jobs.get()
+            try:
+                if job is None:
+                    return
+                if self._worker_error is None:
+                    result = self._compute(job)
+                    with self._insert_lock:
+                        self._publish(job, result)
+            except BaseException as e:  # surfaced by drain() / the next insert
+                self._worker_error = e
+            finally:
+                self._jobs.task_done()
+
+    def _child_offset(self, off: int, which: int) -> int:
+        geo = self.geo
+        if which == 0:
+            return geo.next_base[off]
+        return geo.mid_of.get(off, geo.last)
+
+    def _compute(self, job):
+        """Read the parent's segments and build the child postings (no lock held)."""
+        key, off, which = job
+        child = self._child_offset(off, which)
+        _f, segs = self.dir.postings(key)
+        keys, flts, sids = [], [], []
+        for lo in range(0, len(segs), 256):
+            for seg in self.layer.read_many(segs[lo:lo + 256]):
+                if seg is None or seg.n <= child or int(seg.ids[off]) != key:
+                    continue
+                keys.append(int(seg.ids[child]))
+                flts.append(int(self._filters(seg.ids, seg.n, np.array([child], np.int64),
+                                              self.N, self.stride, self.bits)[0]))
+                sids.append(seg.seg_id)
+        with self._stat_lock:
+            self._c["backfill_reads"] += len(segs)
+            self._c["backfill_postings"] += len(keys)
+        return child, keys, flts, sids
+
+    def _publish(self, job, result) -> None:
+        """Make the job's entries visible at once (caller holds the insert lock)."""
+        key, _off, which = job
+        child, keys, flts, sids = result
+        pend = self._pending_children.pop((key, which), set())
+        flip = np.array(sorted(pend), dtype=np.uint64)
+        self.dir.publish(np.array(keys, np.uint64), np.full(len(keys), child, np.uint32),
+                         np.array(flts, np.uint64), np.array(sids, np.uint64), flip, key, which)
+        for k in set(keys) | pend:
+            inf = self.dir.info(k)
+            if inf is not None:
+                o, size, _vis, ns, rs = inf      # published: visible
+                self._maybe_trigger(k, o, size, ns, rs)
+
+    def drain(self) -> None:
+        """Wait until every scheduled back-fill job is published (tests, harness)."""
+        if self.opts["backfill"] == "sync":
+            with self._insert_lock:
+                self._run_sync_jobs()
+        elif self._worker is not None:
+            self._jobs.join()
+        self._check_worker()
+
+    flush_background = drain
+
+    def _check_worker(self) -> None:
+        if self._worker_error is not None:
+            e, self._worker_error = self._worker_error, None
+            raise RuntimeError(f"sarp back-fill worker failed: {e!r}") from e
+
+    # ------------------------------------------------------------------ stats
+    def stats(self) -> dict:
+        with self._stat_lock:
+            c = dict(self._c)
+        d = self.dir
+        m = c["matches"] or 1
+        uses = c["entry_uses"] or 1
+        blocks = c["logical_blocks"]
+        unique = blocks - c["copied_blocks"]
+        mem = d.nbytes
+        return {
+            "entries": d.n_entries, "memory_bytes": mem, "postings": d.n_postings,
+            "matches": c["matches"], "inserts": c["inserts"],
+            "store_reads_per_match": c["match_reads"] / m,
+            "retrievals_per_query": c["retrieved"] / m,
+            "windows_per_match": c["match_windows"] / m,
+            "candidates_before_filtering": c["cand_before"] / uses,
+            "candidates_after_filtering": c["cand_after"] / uses,
+            "candidates_retrieved": c["retrieved"] / uses,
+            "extra_batches_per_match": c["extra_batches"] / m,
+            "insert_reads_per_insert": c["insert_reads"] / (c["inserts"] or 1),
+            "insert_windows_reused_from_match": c["insert_windows_reused"],
+            "segments": c["segments"], "segments_copied": c["segments_copied"],
+            "segments_extended": c["segments_extended"],
+            "logical_block_entries": blocks, "unique_blocks": unique,
+            "routing_entries_per_block": d.n_entries / unique if unique else 0.0,
+            "memory_bytes_per_block": mem / unique if unique else 0.0,
+            "routing_bytes": d.used_bytes,
+            "routing_bytes_per_block": d.used_bytes / unique if unique else 0.0,
+            "postings_per_segment": d.n_postings / c["segments"] if c["segments"] else 0.0,
+            "backfill_jobs": c["jobs"], "rematerializations": c["jobs_expand"],
+            "refinements": c["jobs_refine"], "backfill_reads": c["backfill_reads"],
+            "backfill_postings": c["backfill_postings"],
+            "corrupt_segments": self.layer.corrupt_reads,
+        }
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            if self._worker is not None:
+                self._jobs.join()
+                self._jobs.put(None)
+                self._worker.join()
+        super().close()
+
+
+@hookimpl
+def prefixbench_register_strategies(register):
+    register("sarp", SarpStrategy)

@@ -1,0 +1,605 @@
+"""SARP against the exact radix oracle, plus its compiled hot paths against
+their pure-Python references.
+
+Random branching session sets (a token tree chained into block IDs; inserts
+and matches interleaved) drive small geometries (S = 8 blocks, low
+thresholds) so that windows, pruning, rematerialization, refinement and the
+last-block point all occur within a few dozen blocks.  Invariants:
+
+* never more blocks than the oracle, and the oracle's metadata for every
+  returned block (so no unverified or stale block is ever returned);
+* with ``max_retrieval=0`` exactly the oracle's answer - at every moment,
+  also while back-fill runs in the background (pending entries are invisible
+  and their parent stays authoritative);
+* at most ``2R + 1`` registrations per segment, every posting list sorted.
+"""
+from __future__ import annotations
+
+import importlib
+import shutil
+import tempfile
+import threading
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from prefixbench.engines.base import StoreConfig
+from prefixbench.engines.memory import MemoryStore
+from prefixbench.harness.blockids import chain_ids
+from prefixbench.harness.errors import ConfigError
+from prefixbench.harness.replay import replay
+from prefixbench.plugins import _sarp, sarp
+from prefixbench.plugins.radix import RadixStrategy
+from prefixbench.plugins.sarp import (
+    LIVE,
+    PENDING,
+    RoutingDirectory,
+    RoutingDirectoryPy,
+    SarpStrategy,
+    filters_py,
+    max_potential_py,
+)
+from prefixbench.workloads.synthetic import make_synthetic
+
+H0 = 0x5A4B
+MS = 8
+SETTINGS = settings(max_examples=60, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+#: a small geometry where every mechanism fires
+SMALL = {"S": 8, "R": 2, "N": 4, "b": 16, "stride": 1, "tau": 2, "pruning_threshold": 1,
+         "backfill": "sync", "filtering": True}
+
+
+def _engines() -> dict:
+    found = {"memory": MemoryStore}
+    try:
+        mod = importlib.import_module("prefixbench.engines.lmdb")
+    except ImportError:
+        return found
+    reg = {}
+    mod.prefixbench_register_engines(register=lambda name, cls, *a, **k: reg.__setitem__(name, cls))
+    found.update(reg)
+    return found
+
+
+ENGINES = _engines()
+ENGINE_NAMES = ["memory", pytest.param("lmdb", marks=pytest.mark.skipif(
+    "lmdb" not in ENGINES, reason="prefixbench.engines.lmdb is not importable"))]
+
+
+class Stores:
+    def __init__(self):
+        self.opened, self.dirs = [], []
+
+    def open(self, engine: str):
+        d = tempfile.mkdtemp(prefix=f"pb-sarp-{engine}-")
+        self.dirs.append(d)
+        s = ENGINES[engine](StoreConfig(path=d, durability="off"))
+        self.opened.append(s)
+        return s
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        for s in self.opened:
+            s.close()
+        for d in self.dirs:
+            shutil.rmtree(d, ignore_errors=True)
+        return False
+
+
+def ids_of(tokens) -> np.ndarray:
+    return chain_ids(np.asarray(tokens, dtype=np.uint64), H0)
+
+
+def metas_of(ids: np.ndarray, tag: int) -> np.ndarray:
+    """Per (block, inserting op): a block keeping its first metadata is observable."""
+    words = np.empty((len(ids), 1), dtype=np.uint64)
+    words[:, 0] = ids ^ np.uint64(tag * 0x9E3779B97F4A7C15 % (1 << 64))
+    return np.ascontiguousarray(words.view(np.uint8).reshape(len(ids), 8)[:, :MS])
+
+
+@st.composite
+def session_sets(draw, max_seqs=12, alphabet=3, max_len=40):
+    """Token sequences forming a random tree (long enough for several windows of
+    8 blocks), plus interleaved insert/match ops on prefixes and extensions."""
+    seqs = []
+    for _ in range(draw(st.integers(1, max_seqs))):
+        base = []
+        if seqs and draw(st.booleans()):
+            parent = draw(st.sampled_from(seqs))
+            base = parent[:draw(st.integers(0, len(parent)))]
+        seqs.append((base + draw(st.lists(st.integers(0, alphabet - 1), max_size=max_len)))[:60])
+    ops = draw(st.lists(st.tuples(st.sampled_from(("insert", "insert", "match")),
+                                  st.integers(0, len(seqs) - 1), st.integers(0, 60),
+                                  st.lists(st.integers(0, alphabet - 1), max_size=3)),
+                        min_size=1, max_size=50))
+    return [(kind, seqs[i][:cut] + extra) for kind, i, cut, extra in ops]
+
+
+def run_against_oracle(sarp_s: SarpStrategy, ops, exact: bool) -> None:
+    oracle = RadixStrategy(meta_size=MS)
+    for step, (kind, toks) in enumerate(ops):
+        ids = ids_of(toks)
+        if kind == "insert":
+            m = metas_of(ids, step)
+            oracle.insert(ids, m)
+            sarp_s.insert(ids, m)
+        got, want = sarp_s.match(ids), oracle.match(ids)
+        assert got.metas.shape == (got.n_blocks, MS)
+        assert got.n_blocks <= want.n_blocks, (step, toks)
+        assert np.array_equal(got.metas, want.metas[:got.n_blocks]), (step, toks)
+        if exact:
+            assert got.n_blocks == want.n_blocks, (step, toks)
+
+
+def registrations_ok(s: SarpStrategy) -> None:
+    s.dir.check()
+    d = s.dir.dump()
+    _segs, counts = np.unique(d["segs"], return_counts=True)
+    assert counts.max(initial=0) <= 2 * s.R + 1
+    # one registration per (segment, routing offset)
+    pairs = set(zip(d["segs"].tolist(), d["offs"][d["entry"]].tolist()))
+    assert len(pairs) == len(d["segs"])
+
+
+CONFIGS = {
+    "default-budget": {},
+    "unlimited": {"max_retrieval": 0},
+    "no-refinement": {"refinement": False},
+    "no-filtering": {"filtering": False},
+    "no-pruning": {"pruning": False},
+    "budget-1": {"max_retrieval": 1},
+    "wide-filter": {"N": 8, "b": 8, "stride": 2},
+    # 1-bit fields collide constantly: exactness then needs the extra retrieval rounds
+    "unlimited-tiny-filter": {"max_retrieval": 0, "N": 8, "b": 1},
+    "tiny-filter": {"N": 8, "b": 1, "stride": 2},
+}
+
+
+# ----------------------------------------------------------------------------- oracle properties
+@pytest.mark.parametrize("config", sorted(CONFIGS))
+@SETTINGS
+@given(ops=session_sets())
+def test_never_longer_never_unverified(config, ops):
+    opts = dict(SMALL, **CONFIGS[config])
+    s = SarpStrategy(MemoryStore(), opts, meta_size=MS)
+    # without filtering every candidate is verified, so the answer is exact too
+    run_against_oracle(s, ops, exact=opts.get("max_retrieval", 3) == 0 or not opts["filtering"])
+    registrations_ok(s)
+    s.close()
+
+
+@pytest.mark.parametrize("engine", ENGINE_NAMES)
+@pytest.mark.parametrize("ablation", ["all-on", "refinement", "filtering", "pruning"])
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                 HealthCheck.function_scoped_fixture])
+@given(ops=session_sets())
+def test_unlimited_budget_is_exact_on_every_engine(engine, ablation, ops):
+    opts = dict(SMALL, max_retrieval=0)
+    if ablation != "all-on":
+        opts[ablation] = False
+    with Stores() as stores:
+        s = SarpStrategy(stores.open(engine), opts, meta_size=MS)
+        run_against_oracle(s, ops, exact=True)
+        registrations_ok(s)
+
+
+@SETTINGS
+@given(ops=session_sets())
+def test_background_backfill_keeps_the_parent_authoritative(ops):
+    """Exact at every step although back-fill jobs publish asynchronously."""
+    s = SarpStrategy(MemoryStore(), dict(SMALL, max_retrieval=0, backfill="background"),
+                     meta_size=MS)
+    try:
+        run_against_oracle(s, ops, exact=True)
+        s.drain()
+        registrations_ok(s)
+        d = s.dir.dump()
+        assert not (d["next_state"] == PENDING).any() and not (d["refine_state"] == PENDING).any()
+        assert d["visible"].all()
+    finally:
+        s.close()
+
+
+@SETTINGS
+@given(ops=session_sets())
+def test_compiled_and_reference_directories_give_identical_answers(ops):
+    a = SarpStrategy(MemoryStore(), dict(SMALL), meta_size=MS)
+    b = SarpStrategy(MemoryStore(), dict(SMALL, directory="python"), meta_size=MS)
+    for step, (kind, toks) in enumerate(ops):
+        ids = ids_of(toks)
+        if kind == "insert":
+            a.insert(ids, metas_of(ids, step))
+            b.insert(ids, metas_of(ids, step))
+        ma, mb = a.match(ids), b.match(ids)
+        assert ma.n_blocks == mb.n_blocks and np.array_equal(ma.metas, mb.metas)
+    da, db = a.dir.dump(), b.dir.dump()
+    key = lambda d: sorted(zip(d["keys"][d["entry"]].tolist(), d["filters"].tolist(),
+                               d["segs"].tolist()))
+    assert key(da) == key(db)
+    assert sorted(zip(da["keys"].tolist(), da["visible"].tolist(), da["next_state"].tolist(),
+                      da["refine_state"].tolist())) == \
+        sorted(zip(db["keys"].tolist(), db["visible"].tolist(), db["next_state"].tolist(),
+                   db["refine_state"].tolist()))
+
+
+# ----------------------------------------------------------------------------- hot paths
+@settings(max_examples=200, deadline=None)
+@given(ids=st.lists(st.integers(0, (1 << 64) - 1), max_size=40), data=st.data())
+def test_filters_equal_reference(ids, data):
+    b = data.draw(st.sampled_from([1, 2, 4, 8, 16, 32, 64]))
+    N = data.draw(st.integers(1, 64 // b))
+    stride = data.draw(st.integers(1, 5))
+    n = data.draw(st.integers(0, len(ids)))
+    offs = data.draw(st.lists(st.integers(0, 45), max_size=6))
+    got = _sarp.filters(np.array(ids, np.uint64), n, np.array(offs, np.int64), N, stride, b)
+    assert got.tolist() == filters_py(ids, n, offs, N, stride, b).tolist()
+
+
+def test_filter_layout_most_significant_field_first_zero_padded():
+    ids = np.arange(1, 9, dtype=np.uint64)
+    f = int(_sarp.filters(ids, 3, np.array([0]), 8, 2, 8)[0])
+    fields = [(f >> (56 - 8 * i)) & 0xFF for i in range(8)]
+    fp = lambda x: sarp._fmix64(x) & 0xFF
+    assert fields[0] == fp(2) and fields[1] == fp(3)      # region 2 is partial: its last block
+    assert fields[2:] == [0] * 6                           # no blocks: zero-padded
+
+
+@settings(max_examples=300, deadline=None)
+@given(cands=st.lists(st.lists(st.integers(0, 2), min_size=6, max_size=6), max_size=30),
+       q=st.lists(st.integers(0, 2), min_size=6, max_size=6), stride=st.integers(1, 3))
+def test_match_potential_search_equals_reference_and_brute_force(cands, q, stride):
+    """Algorithm 1 finds the largest potential any candidate's filter allows."""
+    N, b = 6, 8
+    pack = lambda fs: sum(v << (64 - b * (i + 1)) for i, v in enumerate(fs))
+    flts = sorted(pack(c) for c in cands)
+    qf = pack(q)
+    got = _sarp.max_potential(np.array(flts, np.uint64), qf, N, stride, b)
+    assert tuple(got) == max_potential_py(flts, qf, N, stride, b)
+    if not cands:
+        return
+    lead = [next((i for i in range(N) if c[i] != q[i]), N) for c in cands]
+    k = max(lead)
+    assert got[0] == (N * stride if k == N else (k + 1) * stride - 1)
+    top = sorted(pack(c) for c, l in zip(cands, lead) if l == k)
+    assert flts[got[1]:got[2]] == top
+
+
+@pytest.mark.parametrize("impl", [RoutingDirectory, RoutingDirectoryPy])
+def test_directory_plan_probes_deepest_visible_entry_and_ranks_by_potential(impl):
+    d = impl()
+    N, stride, b = 4, 1, 16
+    q = np.arange(100, 108, dtype=np.uint64)
+    qf = int(filters_py(q, 8, [0], N, stride, b)[0])
+    # entry at offset 0: three candidates agreeing with the query on 4, 3 and 1 fields
+    f4, f3, f1 = qf, qf ^ 0xFFFF, qf ^ 0xFFFF_FFFF_0000
+    for f, seg in ((f1, 11), (f4, 12), (f3, 13)):
+        d.upsert(int(q[0]), 0, f, seg, True)
+    d.upsert(int(q[4]), 4, 7, 99, False)                 # a pending (invisible) deeper entry
+    j, segs, pots, nb, na = d.plan(q[[4, 0]], [7, qf], [4, 0], 8, N, stride, b, True, 0)
+    assert j == 1 and nb == 3 and na == 1                # fell back past the pending entry
+    assert segs.tolist() == [12, 13, 11]
+    assert pots.tolist() == [8, 3, 1]                    # saturated, then (k+1)*stride-1
+    j, segs, _, _, _ = d.plan(q[[4, 0]], [7, qf], [4, 0], 8, N, stride, b, True, 2)
+    assert segs.tolist() == [12, 13]                     # limit = the retrieval budget
+    j, segs, pots, nb, na = d.plan(q[[0]], [qf], [0], 8, N, stride, b, False, 0)
+    assert segs.tolist() == [13, 12, 11] and na == nb == 3   # no filtering: newest first
+    d.publish([int(q[4])], [4], [5], [98], [int(q[4])], int(q[0]), 0)
+    j, segs, _, _, _ = d.plan(q[[4, 0]], [7, qf], [4, 0], 8, N, stride, b, True, 0)
+    assert j == 0 and sorted(segs.tolist()) == [98, 99]
+    assert d.info(int(q[0]))[3] == LIVE
+    d.publish([int(q[4])], [4], [6], [99], [], int(q[0]), 1)
+    assert d.postings(int(q[4]))[0].tolist().count(7) == 1   # back-fill never overrides
+    d.upsert(int(q[4]), 4, 3, 99, True)                        # an insert does
+    assert 3 in d.postings(int(q[4]))[0].tolist()
+    assert d.n_entries == 2 and d.n_postings == 5 and d.check()
+    if impl is RoutingDirectory:        # postings hold 32-bit segment references
+        with pytest.raises(OverflowError):
+            d.upsert(1, 0, 0, 1 << 32, True)
+        with pytest.raises(OverflowError):
+            d.publish([1], [0], [0], [1 << 32], [], 1, 0)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 3), st.integers(0, 3),
+                          st.integers(1, 9), st.booleans()), max_size=60))
+def test_directory_compiled_equals_reference_on_random_updates(ops):
+    a, b = RoutingDirectory(), RoutingDirectoryPy()
+    for key, off, filt, seg, vis in ops:
+        assert a.upsert(key, off, filt << 62, seg, vis) == b.upsert(key, off, filt << 62, seg, vis)
+    for key in range(6):
+        assert a.info(key) == b.info(key)
+        ra = a.plan([key], [1 << 62], [0], 8, 2, 1, 2, True, 0)
+        rb = b.plan([key], [1 << 62], [0], 8, 2, 1, 2, True, 0)
+        assert ra[0] == rb[0] and ra[3:] == rb[3:]
+        assert ra[1].tolist() == rb[1].tolist() and ra[2].tolist() == rb[2].tolist()
+    assert a.n_postings == b.n_postings and a.check() and b.check()
+
+
+# ----------------------------------------------------------------------------- mechanisms
+def _fan(prefix_len: int, branches: int, tail: int, seed=0):
+    """``branches`` sequences sharing ``prefix_len`` tokens, then diverging."""
+    rng = np.random.default_rng(seed)
+    shared = rng.integers(0, 1 << 30, prefix_len).tolist()
+    return [shared + rng.integers(0, 1 << 30, tail).tolist() for _ in range(branches)]
+
+
+def test_refinement_adds_midpoint_and_last_block_points():
+    opts = dict(SMALL, tau=2, pruning=False)
+    s = SarpStrategy(MemoryStore(), opts, meta_size=MS)
+    # 6 segments diverging at block 7 of window 0: the final interval [4, 8)
+    for i, toks in enumerate(_fan(7, 6, 1)):
+        ids = ids_of(toks)
+        s.insert(ids, metas_of(ids, i))
+    offs = s.dir.dump()["offs"]
+    # both base lists exceed tau: midpoints 2 and 6; the final midpoint list too: last block 7
+    assert set(offs.tolist()) == {0, 2, 4, 6, 7}
+    assert s.stats()["refinements"] >= 2
+    registrations_ok(s)
+    # once refined, later segments register their midpoint / last-block keys too
+    shared = _fan(7, 1, 1)[0][:7]
+    late = ids_of(shared + [123456])                  # same key at offset 6 as the fan
+    s.insert(late, metas_of(late, 50))
+    seg_ids = set(s.dir.postings(int(late[6]))[1].tolist())
+    assert len(seg_ids) == 7
+    assert set(s.dir.postings(int(late[7]))[1].tolist()) < seg_ids
+    assert s.match(late).n_blocks == 8
+    off_r = SarpStrategy(MemoryStore(), dict(opts, refinement=False), meta_size=MS)
+    for i, toks in enumerate(_fan(7, 6, 1)):
+        ids = ids_of(toks)
+        off_r.insert(ids, metas_of(ids, i))
+    assert set(off_r.dir.dump()["offs"].tolist()) == {0, 4}
+
+
+def test_pruning_skips_points_then_rematerializes_them():
+    opts = dict(SMALL, refinement=False, pruning_threshold=2)
+    s = SarpStrategy(MemoryStore(), opts, meta_size=MS)
+    seqs = _fan(2, 4, 10)
+    for i, toks in enumerate(seqs[:2]):
+        ids = ids_of(toks)
+        s.insert(ids, metas_of(ids, i))
+    # two segments in window 0's first entry: at the threshold, offset 4 is pruned
+    d = s.dir.dump()
+    assert 4 not in d["offs"][d["entry"]].tolist()
+    for i, toks in enumerate(seqs[2:], 2):
+        ids = ids_of(toks)
+        s.insert(ids, metas_of(ids, i))
+    # the list outgrew the threshold: offset 4 rematerialized for all four segments
+    w0 = set(s.dir.postings(int(ids_of(seqs[0])[0]))[1].tolist())
+    at4 = set()
+    for toks in seqs:
+        at4 |= set(s.dir.postings(int(ids_of(toks)[4]))[1].tolist())
+    assert at4 == w0 and len(w0) == 4
+    assert s.stats()["rematerializations"] >= 1
+    unpruned = SarpStrategy(MemoryStore(), dict(opts, pruning=False), meta_size=MS)
+    for i, toks in enumerate(seqs[:2]):
+        ids = ids_of(toks)
+        unpruned.insert(ids, metas_of(ids, i))
+    assert unpruned.dir.n_postings > SarpStrategy(MemoryStore(), opts, meta_size=MS).dir.n_postings
+
+
+def test_backfill_entries_stay_private_until_published_atomically():
+    """While a rematerialization is pending, inserts register the child point in
+    private entries; queries keep using the parent; publish shows all at once."""
+    s = SarpStrategy(MemoryStore(), dict(SMALL, refinement=False, pruning_threshold=2,
+                                         max_retrieval=0, backfill="background"), meta_size=MS)
+    computed = threading.Event()
+    compute = s._compute
+
+    def compute_and_signal(job):
+        out = compute(job)
+        computed.set()
+        return out
+
+    s._compute = compute_and_signal
+    A = ids_of([1, 2, 10, 11, 12, 13, 14, 15, 16, 17])
+    B = ids_of([1, 2, 10, 11, 12, 13, 20, 21, 22])
+    C = ids_of([1, 2, 30, 31, 32, 33, 34, 35])
+    D = ids_of([1, 2, 40, 41, 42, 43, 44, 45])
+    E = ids_of([1, 2, 50, 51, 52, 53, 54, 55])     # a child key the job never saw
+    try:
+        with s._insert_lock:                  # the worker cannot publish while we hold it
+            for i, x in enumerate((A, C, D)):
+                s.insert(x, metas_of(x, i))   # the third outgrows the threshold: a job
+            assert computed.wait(10)
+            s.insert(B, metas_of(B, 3))       # B's offset-4 key is A's: a private entry
+            s.insert(E, metas_of(E, 4))
+            info = s.dir.info(int(A[4]))
+            assert info is not None and info[2] is False and info[1] == 1
+            assert s.dir.info(int(E[4]))[2] is False
+            for x in (A, B, C, D, E):            # exact although the deeper entry is private
+                assert s.match(x).n_blocks == len(x)
+        s.drain()
+        info = s.dir.info(int(A[4]))
+        assert info[2] is True and info[1] == 2
+        assert s.dir.dump()["visible"].all()
+        for x in (A, B, C, D, E):
+            assert s.match(x).n_blocks == len(x)
+    finally:
+        s.close()
+
+
+def test_segments_are_reused_extended_in_place_and_copied_on_divergence():
+    s = SarpStrategy(MemoryStore(), dict(SMALL), meta_size=MS)
+    a = ids_of(list(range(20)))
+    s.insert(a[:5], metas_of(a[:5], 1))
+    s.insert(a[:7], metas_of(a[:7], 2))              # extends the window-0 segment in place
+    st_ = s.stats()
+    assert st_["segments"] == 1 and st_["segments_extended"] == 1
+    s.insert(a, metas_of(a, 3))                      # window 0 reused/extended, 1 and 2 new
+    assert s.stats()["segments"] == 3
+    b = ids_of(list(range(10)) + [99, 98])
+    s.insert(b, metas_of(b, 4))                      # diverges inside window 1: one copy
+    st_ = s.stats()
+    assert st_["segments"] == 4 and st_["segments_copied"] == 1
+    assert st_["logical_block_entries"] == 20 + 12 - 8   # the copy repeats 2 shared blocks
+    m = s.match(b)
+    assert m.n_blocks == 12
+    # first metadata kept: blocks 0..9 carry the metadata of their first insert
+    want = np.concatenate([metas_of(a[:5], 1), metas_of(a[5:7], 2), metas_of(a[7:10], 3),
+                           metas_of(b[10:], 4)])
+    assert np.array_equal(m.metas, want)
+
+
+def test_retrievals_per_window_are_bounded_and_batched():
+    store = MemoryStore()
+    s = SarpStrategy(store, dict(SMALL, max_retrieval=2, tau=1000, pruning=False), meta_size=MS)
+    seqs = _fan(3, 12, 13)
+    for i, toks in enumerate(seqs):
+        ids = ids_of(toks)
+        s.insert(ids, metas_of(ids, i))
+    q = ids_of(seqs[5][:3] + [7, 7, 7])
+    r0, c0 = store.stats().reads, store.stats().read_calls
+    m = s.match(q)
+    assert m.n_blocks == 3
+    assert store.stats().reads - r0 <= 2 and store.stats().read_calls - c0 == 1
+    # without filtering there is no ranking to cap by: every candidate, one batch
+    store2 = MemoryStore()
+    nf = SarpStrategy(store2, dict(SMALL, max_retrieval=2, tau=1000, pruning=False,
+                                   filtering=False), meta_size=MS)
+    for i, toks in enumerate(seqs):
+        ids = ids_of(toks)
+        nf.insert(ids, metas_of(ids, i))
+    r0, c0 = store2.stats().reads, store2.stats().read_calls
+    assert nf.match(q).n_blocks == 3
+    assert store2.stats().reads - r0 == 12 and store2.stats().read_calls - c0 == 1
+
+
+def test_corrupt_segment_is_a_counted_miss_never_reused():
+    store = MemoryStore()
+    s = SarpStrategy(store, dict(SMALL), meta_size=MS)
+    ids = ids_of(list(range(20)))
+    s.insert(ids, metas_of(ids, 1))
+    assert s.match(ids).n_blocks == 20
+    # corrupt the window-1 segment's metadata bytes
+    victim = next(k for k, v in store.scan(0, 1 << 56) if int.from_bytes(v[24:32], "little") == 8)
+    raw = bytearray(store.get(victim))
+    raw[-1] ^= 0x55
+    store.write_items([(victim, bytes(raw))])
+    m = s.match(ids)
+    assert m.n_blocks == 8 and np.array_equal(m.metas, metas_of(ids, 1)[:8])
+    assert s.stats()["corrupt_segments"] >= 1
+
+
+@pytest.mark.parametrize("bad, word", [
+    ({"S": 60, "R": 8}, "option S"), ({"b": 7}, "option b"), ({"N": 9, "b": 8}, "option N"),
+    ({"tau": 0}, "option tau"), ({"max_retrieval": -1}, "option max_retrieval"),
+    ({"R": 0}, "option R"), ({"stride": 0}, "option stride"), ({"S": "x"}, "option S"),
+    ({"backfill": "later"}, "option backfill"), ({"filtering": "maybe"}, "option filtering"),
+    ({"pruning_threshold": -2}, "option pruning_threshold"), ({"bogus": 1}, "option bogus"),
+])
+def test_out_of_range_options_are_config_errors(bad, word):
+    with pytest.raises(ConfigError, match=word):
+        SarpStrategy(MemoryStore(), bad)
+
+
+def test_needs_an_engine_and_registers_as_sarp():
+    with pytest.raises(ConfigError, match="engine"):
+        SarpStrategy(None)
+    got = {}
+    sarp.prefixbench_register_strategies(register=lambda name, f, *a, **k: got.setdefault(name, f))
+    assert got == {"sarp": SarpStrategy}
+    s = SarpStrategy(MemoryStore())
+    assert (s.S, s.R, s.N, s.bits, s.stride, s.tau, s.pt, s.budget) == (64, 4, 8, 8, 2, 256, 3, 3)
+    assert s.refinement and s.filtering and s.pruning
+    st_ = s.stats()
+    assert {"entries", "memory_bytes", "store_reads_per_match", "candidates_before_filtering",
+            "candidates_after_filtering", "candidates_retrieved", "retrievals_per_query",
+            "segments", "logical_block_entries", "memory_bytes_per_block"} <= set(st_)
+
+
+# ----------------------------------------------------------------------------- concurrency
+def test_concurrent_match_and_insert_against_the_oracle():
+    """4 request threads; no false hit, no torn posting list, exact once quiet."""
+    store = MemoryStore()
+    s = SarpStrategy(store, dict(SMALL, max_retrieval=0, backfill="background"), meta_size=MS)
+    oracle = RadixStrategy(meta_size=MS)
+    seqs = _fan(5, 40, 30, seed=1) + _fan(17, 40, 20, seed=2)
+    # metadata depends on the block alone, so first-writer order cannot differ
+    meta = lambda ids: metas_of(ids, 0)
+    errors, stop = [], threading.Event()
+
+    def request_thread(k):
+        try:
+            for i in range(k, len(seqs), 4):
+                ids = ids_of(seqs[i])
+                q = ids_of(seqs[(i * 7) % len(seqs)][:25])
+                got = s.match(q)                # sarp first, oracle after: the oracle
+                want = oracle.match(q)          # has every block sarp could have
+                assert got.n_blocks <= want.n_blocks
+                assert np.array_equal(got.metas, want.metas[:got.n_blocks])
+                oracle.insert(ids, meta(ids))   # oracle first, then sarp
+                s.insert(ids, meta(ids))
+        except BaseException as e:
+            errors.append(e)
+
+    def checker():
+        while not stop.is_set():
+            try:
+                s.dir.check()
+            except BaseException as e:
+                errors.append(e)
+                return
+
+    threads = [threading.Thread(target=request_thread, args=(k,)) for k in range(4)]
+    chk = threading.Thread(target=checker)
+    chk.start()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    stop.set()
+    chk.join()
+    assert not errors, errors[0]
+    s.drain()
+    registrations_ok(s)
+    for toks in seqs:
+        ids = ids_of(toks)
+        got, want = s.match(ids), oracle.match(ids)
+        assert got.n_blocks == want.n_blocks == len(ids)
+        assert np.array_equal(got.metas, want.metas)
+    s.close()
+
+
+# ----------------------------------------------------------------------------- replay
+@pytest.mark.parametrize("profile", ["codeact", "lmcache-agent", "eabf", "ultrachat"])
+def test_replay_on_synthetic_profiles(profile):
+    wl = make_synthetic(profile, scale=0.03)
+    s = SarpStrategy(MemoryStore(), {"backfill": "sync"})
+    r = replay(s, wl)
+    assert r.requests > 0 and r.false_hits == 0 and r.hit_rate_loss >= 0
+    assert r.hit_rate > 0
+    exact = SarpStrategy(MemoryStore(), {"max_retrieval": 0})
+    r0 = replay(exact, wl)
+    exact.drain()
+    assert r0.false_hits == 0 and r0.hit_rate_loss == 0
+    st_ = r.strategy_stats
+    assert st_["candidates_retrieved"] <= st_["candidates_after_filtering"] + 1e-9
+    assert st_["candidates_after_filtering"] <= st_["candidates_before_filtering"] + 1e-9
+    exact.close()
+    s.close()
+
+
+@pytest.mark.parametrize("meta_size", [1, 16, 40])
+def test_extreme_ids_other_meta_sizes_and_bad_inputs(meta_size):
+    s = SarpStrategy(MemoryStore(), dict(SMALL, max_retrieval=0), meta_size=meta_size)
+    assert s.match(np.empty(0, np.uint64)).n_blocks == 0
+    s.insert(np.empty(0, np.uint64), np.empty((0, meta_size), np.uint8))
+    top = (1 << 64) - 1
+    ids = np.array([0, top, 0, 1, top, 5, 0, top, 9, 9, top, 0], dtype=np.uint64)
+    metas = np.arange(len(ids) * meta_size, dtype=np.uint64).astype(np.uint8).reshape(-1, meta_size)
+    s.insert(ids, metas)
+    m = s.match(ids)
+    assert m.n_blocks == len(ids) and np.array_equal(m.metas, metas)
+    assert s.match(ids[:3]).n_blocks == 3
+    assert s.match(np.array([top], np.uint64)).n_blocks == 0
+    with pytest.raises(ValueError):
+        s.insert(ids, metas[:, :0] if meta_size > 1 else metas[:-1])
+    with pytest.raises(ValueError):
+        s.match(ids.reshape(2, -1))
+    s.close()
