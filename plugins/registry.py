@@ -23,6 +23,9 @@ KINDS = ("strategy", "engine", "workload")
 BUILTIN_PLUGINS = (
     "prefixbench.plugins.radix",
     "prefixbench.plugins.blockhash",
+    "prefixbench.plugins.segment_hash",
+    "prefixbench.plugins.segment_radix",
+    "prefixbench.plugins.sarp",
     "prefixbench.engines.memory",
     "prefixbench.engines.lmdb",
     "prefixbench.engines.rocksdb",

@@ -1,0 +1,112 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""Batch encoder of segment-hash records (the insert hot path).
+
+An insert writes one record per new block position, so encoding them one
+``encode_segment`` call at a time would be a per-block Python loop.  This
+builds all of them in one C loop, byte for byte in the record format of
+:mod:`prefixbench.plugins.segments` (version 1: 40-byte header, block ids,
+then metadata rows, pbsum64 checksum at offset 32 - the algorithm as that
+module documents it).  The pure-Python reference is
+:func:`prefixbench.plugins.segment_hash.encode_records_py`, which calls
+``encode_segment`` per record; the tests hold the two equal.
+"""
+import numpy as np
+cimport numpy as cnp
+from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
+from libc.string cimport memcpy, memset
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.list cimport PyList_New, PyList_SET_ITEM
+from cpython.ref cimport Py_INCREF
+
+cnp.import_array()
+
+DEF HEADER = 40
+DEF CK_OFF = 32
+DEF VERSION = 1
+
+cdef uint64_t K0 = 0x8F1BBCDCCA62C1D6ULL
+cdef uint64_t K1 = 0x9E3779B97F4A7C15ULL
+cdef uint64_t K2 = 0xFF51AFD7ED558CCDULL
+cdef uint64_t K3 = 0xC4CEB9FE1A85EC53ULL
+
+
+cdef inline uint64_t _fold(uint64_t h, const uint8_t* p, Py_ssize_t n) noexcept nogil:
+    """Fold ``n`` bytes as little-endian words (the last one zero-padded) into ``h``."""
+    cdef Py_ssize_t i = 0, j
+    cdef uint64_t w
+    while i + 8 <= n:
+        memcpy(&w, p + i, 8)          # little-endian hosts (x86-64, aarch64)
+        h = (h ^ w) * K2
+        h ^= h >> 29
+        i += 8
+    if i < n:
+        w = 0
+        for j in range(n - i):
+            w |= (<uint64_t>p[i + j]) << (8 * j)
+        h = (h ^ w) * K2
+        h ^= h >> 29
+    return h
+
+
+cdef inline uint64_t _pbsum64(const uint8_t* raw, Py_ssize_t total) noexcept nogil:
+    cdef uint64_t h = K0 ^ (<uint64_t>(total - 8) * K1)
+    h = _fold(h, raw, CK_OFF)
+    h = _fold(h, raw + HEADER, total - HEADER)
+    h ^= h >> 32
+    h *= K3
+    h ^= h >> 29
+    return h
+
+
+def encode_records(keys, starts, lens, ids, metas, Py_ssize_t meta_size):
+    """Records ``i``: segment ``keys[i]`` holding blocks ``[starts[i], starts[i] + lens[i])``
+    of ``ids``/``metas``; returns the list of ``(key, record bytes)`` items."""
+    cdef const uint64_t[::1] k = np.ascontiguousarray(keys, dtype=np.uint64)
+    cdef const int64_t[::1] s = np.ascontiguousarray(starts, dtype=np.int64)
+    cdef const int64_t[::1] g = np.ascontiguousarray(lens, dtype=np.int64)
+    cdef cnp.ndarray a = np.ascontiguousarray(ids, dtype=np.uint64)
+    cdef cnp.ndarray m = np.ascontiguousarray(metas, dtype=np.uint8)
+    cdef Py_ssize_t n = cnp.PyArray_DIM(a, 0), r = k.shape[0], i
+    if cnp.PyArray_NDIM(a) != 1:
+        raise ValueError("block ids must be 1-D")
+    if cnp.PyArray_NDIM(m) != 2 or cnp.PyArray_DIM(m, 0) != n or cnp.PyArray_DIM(m, 1) != meta_size:
+        raise ValueError(f"metas must have shape ({n}, {meta_size}), got {(<object>m).shape}")
+    if not 1 <= meta_size <= 0xFFFF:
+        raise ValueError(f"meta_size must be in 1..65535, got {meta_size}")
+    if s.shape[0] != r or g.shape[0] != r:
+        raise ValueError("keys, starts and lens must have the same length")
+    for i in range(r):
+        if s[i] < 0 or g[i] < 0 or s[i] + g[i] > n:
+            raise ValueError(f"record {i} [{s[i]}, {s[i] + g[i]}) is outside the {n} blocks")
+    cdef const uint8_t* ap = <const uint8_t*>cnp.PyArray_DATA(a)
+    cdef const uint8_t* mp = <const uint8_t*>cnp.PyArray_DATA(m)
+    cdef list out = PyList_New(r)
+    cdef Py_ssize_t total, cnt
+    cdef uint8_t* p
+    cdef uint16_t ver = VERSION, ms16 = <uint16_t>meta_size
+    cdef uint32_t n32, zero = 0
+    cdef uint64_t key, start, h
+    cdef object rec, item
+    for i in range(r):
+        cnt = g[i]
+        total = HEADER + cnt * (8 + meta_size)
+        rec = PyBytes_FromStringAndSize(NULL, total)
+        p = <uint8_t*>PyBytes_AS_STRING(rec)
+        key = k[i]
+        start = <uint64_t>s[i]
+        n32 = <uint32_t>cnt
+        memcpy(p, b"PBSG", 4)
+        memcpy(p + 4, &ver, 2)
+        memcpy(p + 6, &ms16, 2)
+        memcpy(p + 8, &n32, 4)
+        memcpy(p + 12, &zero, 4)
+        memcpy(p + 16, &key, 8)
+        memcpy(p + 24, &start, 8)
+        memcpy(p + HEADER, ap + s[i] * 8, cnt * 8)
+        memcpy(p + HEADER + cnt * 8, mp + s[i] * meta_size, cnt * meta_size)
+        h = _pbsum64(p, total)
+        memcpy(p + CK_OFF, &h, 8)
+        item = (int(key), rec)
+        Py_INCREF(item)
+        PyList_SET_ITEM(out, i, item)
+    return out

@@ -1,0 +1,232 @@
+"""``segment-hash``: segments whose store keys are computed from the query alone
+(the SARP paper's section 6.1 baseline), with halved-size retries on a miss.
+
+Layout (one record per indexed block position, Fenwick-style).  Windows are
+``[kS, (k+1)S)`` with ``S`` a power of two.  For the block at window offset
+``r - 1`` (``r`` in ``1..S``) the store holds one segment record covering the
+``g = lowbit(r)`` blocks ``[kS + r - g, kS + r)``, keyed by the chained block
+ID at its last block (``key = (3 << 56) | mix64(h) >> 8``).  So per window there
+is one record of ``S`` blocks (the whole window, keyed at its last block), one
+of ``S/2`` (its first half), two of ``S/4`` (the first quarter of each half),
+... and ``S/2`` single-block records: exactly the segments a halving search
+asks for, and only those (a chunk that ends where a larger one ends is never
+asked for, so it is never written).  Each granularity's key thus maps to a
+record with that chunk's blocks of the window, not the window's whole prefix:
+prefix records would make one probe enough but write about ``S/2`` times the
+data; this layout writes ``1 + log2(S)/2`` times.
+
+Matching, window by window from the first: compute all keys from the query
+(NumPy), then in window ``k`` try the largest segment that fits; on a hit
+that verifies (start, length and every block ID compared with the query) take
+its metadata and move on, on a miss halve the size.  A full window costs one
+read; a partial one at most ``log2(S) + 1`` reads (the fallback reads).  The
+next window is probed only after a full-window match.  Because every stored
+prefix has a record at every position, this greedy descent finds the exact
+longest indexed prefix (the tests hold it equal to the radix oracle); the
+strategy still declares ``exact = False`` because two prefixes whose 56-bit
+keys collide keep only the first writer's record (the other one is never
+reused: verification rejects it).
+
+Insertion matches first (the fallback I/O during insertion), then writes one
+record per *new* position ``e`` in one batch (encoded by the compiled
+:func:`encode_records`, byte-identical to ``encode_segment``); a record
+covering blocks that were already indexed carries their first metadata (taken
+from the match), so every block keeps its first record.  Write amplification - block entries
+written over new blocks - is ``1 + log2(S)/2`` for long sequences (4 at
+``S=64``) and is reported as ``write_amplification``.  Nothing is kept in
+memory (``memory_bytes`` 0).  Matches take no lock; inserts are serialised by
+one lock so two threads cannot both write a prefix's records.
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from prefixbench.harness.errors import ConfigError
+from prefixbench.plugins._segment_hash import encode_records
+from prefixbench.plugins.hookspecs import hookimpl
+from prefixbench.plugins.segments import (CorruptSegmentError, Segment, common_prefix,
+                                          decode_segment, encode_segment)
+from prefixbench.plugins.strategy import META_SIZE, IndexStrategy, Match, Option
+
+__all__ = ["SegmentHashStrategy", "HASH_KEY_SPACE", "record_keys", "record_spans",
+           "encode_records", "encode_records_py"]
+
+#: key space of segment-hash records: key = (3 << 56) | (mix64(block id) >> 8)
+HASH_KEY_SPACE = 3
+_BASE = np.uint64(HASH_KEY_SPACE << 56)
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+_S30, _S27, _S31, _S8 = np.uint64(30), np.uint64(27), np.uint64(31), np.uint64(8)
+
+
+def record_keys(block_ids: np.ndarray) -> np.ndarray:
+    """Store key of the record ending at each block (splitmix64 finaliser, top byte = space)."""
+    x = np.asarray(block_ids, dtype=np.uint64)
+    x = (x ^ (x >> _S30)) * _M1
+    x = (x ^ (x >> _S27)) * _M2
+    x = x ^ (x >> _S31)
+    return (x >> _S8) | _BASE
+
+
+def record_spans(lo: int, hi: int, S: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(start, length)`` of the records ending at positions ``lo .. hi-1``."""
+    e = np.arange(lo, hi, dtype=np.int64)
+    r = e % S + 1
+    g = r & -r
+    return e + 1 - g, g
+
+
+def encode_records_py(keys, starts, lens, ids, metas, meta_size: int) -> list:
+    """Reference of the compiled :func:`encode_records`: one ``encode_segment`` per record."""
+    ids = np.asarray(ids, dtype=np.uint64)
+    metas = np.asarray(metas, dtype=np.uint8)
+    return [(int(k), encode_segment(Segment(int(k), s, ids[s:s + g], metas[s:s + g]), meta_size))
+            for k, s, g in zip(np.asarray(keys, dtype=np.uint64).tolist(),
+                               np.asarray(starts).tolist(), np.asarray(lens).tolist())]
+
+
+class SegmentHashStrategy(IndexStrategy):
+    """Segments keyed by the query's chained block IDs; halved sizes on a miss."""
+
+    name = "segment-hash"
+    needs_store = True
+    options = {
+        "S": Option(64, "blocks per full segment, a power of two (windows aligned at "
+                    "multiples of S; retries halve it down to 1 block)", min=1, max=4096),
+    }
+
+    def __init__(self, store=None, options=None, meta_size: int = META_SIZE):
+        super().__init__(store, options, meta_size)
+        if not isinstance(meta_size, int) or meta_size < 1:
+            raise ConfigError(f"option meta_size: {meta_size!r} must be an integer >= 1")
+        S = self.opts["S"]
+        if S & (S - 1):
+            raise ConfigError(f"option S: {S} is not a power of two (segment-hash halves "
+                              f"the segment size down to one block)")
+        self.S = S
+        self._sizes = [S >> i for i in range(S.bit_length())]      # S, S/2, ..., 1
+        self._insert_lock = threading.Lock()
+        self._count_lock = threading.Lock()
+        self._entries = 0
+        self._records = 0
+        self._blocks_written = 0
+        self._matches = 0
+        self._match_reads = 0
+        self._fallback_reads = 0
+        self._insert_reads = 0
+        self._corrupt = 0
+
+    # ------------------------------------------------------------------ core
+    def _find(self, q: np.ndarray) -> tuple[int, list, int, int, int]:
+        """Longest verified prefix: ``(blocks, metadata parts, reads, fallback reads,
+        corrupt records seen)``."""
+        n, S = len(q), self.S
+        if n == 0:
+            return 0, [], 0, 0, 0
+        keys = record_keys(q).tolist()
+        get = self.store.get
+        ms = self.meta_size
+        parts: list = []
+        reads = fallback = corrupt = 0
+        ws = 0
+        while ws < n:
+            qlen = min(S, n - ws)
+            p = 0
+            probes = 0
+            for g in self._sizes:
+                if p + g > qlen:
+                    continue
+                fallback += probes > 0                # every probe after the window's first
+                probes += 1
+                reads += 1
+                raw = get(keys[ws + p + g - 1])
+                if raw is None:
+                    continue
+                try:
+                    seg = decode_segment(raw, ms)
+                except CorruptSegmentError:
+                    corrupt += 1
+                    continue
+                lo = ws + p
+                if (seg.start == lo and seg.seg_id == keys[ws + p + g - 1] and len(seg.ids) == g
+                        and common_prefix(seg.ids, q[lo:lo + g]) == g):
+                    parts.append(seg.metas)
+                    p += g
+            if p < S:
+                return ws + p, parts, reads, fallback, corrupt
+            ws += S
+        return n, parts, reads, fallback, corrupt
+
+    # ------------------------------------------------------------------ API
+    def match(self, block_ids: np.ndarray) -> Match:
+        q = _ids(block_ids)
+        n, parts, reads, fallback, corrupt = self._find(q)
+        with self._count_lock:
+            self._matches += 1
+            self._match_reads += reads
+            self._fallback_reads += fallback
+            self._corrupt += corrupt
+        if n == 0:
+            return Match.empty(self.meta_size)
+        return Match(n, parts[0] if len(parts) == 1 else np.concatenate(parts))
+
+    def insert(self, block_ids: np.ndarray, metas: np.ndarray) -> None:
+        q = _ids(block_ids)
+        n, ms = len(q), self.meta_size
+        m = _metas(metas, n, ms)
+        if n == 0:
+            return
+        with self._insert_lock:
+            d, parts, reads, _, corrupt = self._find(q)
+            with self._count_lock:
+                self._insert_reads += reads
+                self._corrupt += corrupt
+            if d == n:
+                return
+            starts, lens = record_spans(d, n, self.S)
+            lo = int(starts.min())
+            if lo < d:                               # records reaching back keep first metadata
+                m = m.copy()
+                m[lo:d] = np.concatenate(parts)[lo:d]
+            items = encode_records(record_keys(q[d:]), starts, lens, q, m, ms)
+            self.store.write_items(items)
+            self._entries += n - d
+            self._records += len(items)
+            self._blocks_written += int(lens.sum())
+
+    def stats(self) -> dict:
+        mt, e = self._matches, self._entries
+        return {
+            "entries": e,
+            "memory_bytes": 0,
+            "records": self._records,
+            "block_entries_written": self._blocks_written,
+            "write_amplification": self._blocks_written / e if e else 0.0,
+            "matches": mt,
+            "store_reads_per_match": self._match_reads / mt if mt else 0.0,
+            "fallback_reads_per_match": self._fallback_reads / mt if mt else 0.0,
+            "insert_reads": self._insert_reads,
+            "corrupt_segments": self._corrupt,
+        }
+
+
+def _ids(block_ids) -> np.ndarray:
+    a = np.ascontiguousarray(block_ids, dtype=np.uint64)
+    if a.ndim != 1:
+        raise ValueError(f"block ids must be a 1-D uint64 array, got shape {a.shape}")
+    return a
+
+
+def _metas(metas, n: int, meta_size: int) -> np.ndarray:
+    m = np.ascontiguousarray(metas, dtype=np.uint8)
+    if m.shape != (n, meta_size):
+        raise ValueError(f"metas must be a uint8 array of shape ({n}, {meta_size}), "
+                         f"got shape {m.shape}")
+    return m
+
+
+@hookimpl
+def prefixbench_register_strategies(register):
+    register("segment-hash", SegmentHashStrategy)

@@ -1,0 +1,430 @@
+"""``segment-radix`` and ``segment-radix-capped``: segments in the store plus an
+exact radix tree over segments (the SARP paper's section 6.1 baselines).
+
+Metadata lives in window-aligned segments managed by
+:class:`prefixbench.plugins.segments.SegmentLayer` (up to ``S`` blocks of one
+sequence starting at a multiple of ``S``; reused whole, extended in place,
+copied only where two sequences diverge), exactly as SARP stores them.  What
+differs is how a query finds them: an **exact in-memory radix tree whose edges
+hold segment references instead of block IDs**.
+
+Tree design (why it is exact without copying block IDs):
+
+* No edge crosses a window boundary, so every node lies inside one window
+  ``[kS, (k+1)S)``.  A node holds the first block ID of its edge (the key in
+  its parent's child map), the **last** block ID of its edge, the edge's start
+  depth and length, and the id of a segment that holds the path's blocks from
+  the window start through the edge's end.
+* Chained block IDs name a whole prefix, so a query whose ID at the edge's
+  last position equals the stored last ID matches the whole edge; no other
+  block ID of the edge is needed in memory.  The walk therefore finds, in
+  memory, every fully matched edge and at most one partly matched edge.
+* Per window the deepest reached node names one segment; all of them are read
+  with one ``get_many`` (one logical read per window of the match) and every
+  reused block is verified against the query (``common_prefix``).  The
+  verification also finds the exact divergence inside a partly matched edge,
+  so the answer equals the radix oracle's, block for block, metadata included
+  (metadata comes from the segments, which keep each block's first record).
+
+Insertion walks the same way, reads the segment of the window where the new
+sequence diverges, lets the layer extend it in place or copy its shared
+prefix (``extend_or_copy``), writes fresh segments for the following windows,
+and then splits one edge (if the divergence is inside an edge) and adds one
+node per new window (a leaf extended in place just grows its edge).
+
+**Capped variant** (``cap_nodes=N``; registered as ``segment-radix-capped``
+with a default budget): at most ``N`` nodes stay in memory (least recently
+used first out, the root pinned); the others are **spilled** to the engine
+under key space 2 (``(2 << 56) | node id``) and read back on demand, one
+logical store read per spilled node the walk visits.  Evictions happen at the
+end of each operation, dirty nodes written in one batch, so a node in use is
+never evicted under the walk.  Spilling moves data, never drops it: the capped
+tree answers exactly like the uncapped one.
+
+``memory_bytes`` is the size of this design's compact node layout (per
+resident node a 40-byte record - first, last, segment id, start, length,
+LRU/dirty - and per child entry held by a resident node, the root's included,
+a 32-byte child-table slot at load 1/2), i.e. what a compiled tree of this
+design allocates; the Python objects used here are larger.  The root stays in
+memory (it is on every walk); ``cap_nodes`` counts the nodes below it.
+
+The tree is Python (one dict lookup per node, about one node per window of a
+match); every per-block step is NumPy or the layer's compiled
+``common_prefix``.  One lock serialises tree walks and updates; segment reads
+of a match happen outside it (segments only ever grow, so a concurrent
+extension cannot invalidate a planned read).
+"""
+from __future__ import annotations
+
+import struct
+import threading
+import zlib
+from collections import OrderedDict
+
+import numpy as np
+
+from prefixbench.harness.errors import ConfigError
+from prefixbench.plugins.hookspecs import hookimpl
+from prefixbench.plugins.segments import SegmentLayer, common_prefix
+from prefixbench.plugins.strategy import META_SIZE, IndexStrategy, Match, Option
+
+__all__ = ["SegmentRadixStrategy", "CappedSegmentRadixStrategy", "SPILL_KEY_SPACE"]
+
+#: key space of spilled tree nodes: key = (2 << 56) | node id
+SPILL_KEY_SPACE = 2
+_SPILL_BASE = SPILL_KEY_SPACE << 56
+_ID_LIMIT = 1 << 56
+
+#: modeled bytes: a 40-byte record per resident node, a 32-byte slot per child entry
+NODE_BYTES = 40
+SLOT_BYTES = 32
+
+# spilled node record: version, first, last, seg, start, length, n_kids, then
+# n_kids (first id, node id) u64 pairs, then crc32 of everything before it
+_NODE_HEAD = struct.Struct("<BQQQQII")
+_NODE_VERSION = 1
+_CRC = struct.Struct("<I")
+
+
+class _Node:
+    """One edge of the tree; ``kids`` maps a child's first block ID to its node id."""
+
+    __slots__ = ("first", "last", "seg", "start", "length", "kids", "dirty")
+
+    def __init__(self, first: int, last: int, seg: int, start: int, length: int, kids=None):
+        self.first = first
+        self.last = last
+        self.seg = seg
+        self.start = start
+        self.length = length
+        self.kids = kids
+        self.dirty = True
+
+
+def _encode_node(node: _Node) -> bytes:
+    kids = node.kids or {}
+    pairs = np.fromiter((v for kv in kids.items() for v in kv), dtype=np.uint64,
+                        count=2 * len(kids))
+    body = _NODE_HEAD.pack(_NODE_VERSION, node.first, node.last, node.seg, node.start,
+                           node.length, len(kids)) + pairs.tobytes()
+    return body + _CRC.pack(zlib.crc32(body))
+
+
+def _decode_node(raw: bytes) -> _Node | None:
+    """The node, or None if the record is truncated, of another version or fails its CRC."""
+    hs = _NODE_HEAD.size
+    if len(raw) < hs + _CRC.size:
+        return None
+    (crc,) = _CRC.unpack_from(raw, len(raw) - _CRC.size)
+    if zlib.crc32(memoryview(raw)[:-_CRC.size]) != crc:
+        return None
+    version, first, last, seg, start, length, nk = _NODE_HEAD.unpack_from(raw)
+    if version != _NODE_VERSION or len(raw) != hs + 16 * nk + _CRC.size:
+        return None
+    pairs = np.frombuffer(raw, dtype=np.uint64, count=2 * nk, offset=hs).tolist()
+    kids = dict(zip(pairs[0::2], pairs[1::2])) if nk else None
+    node = _Node(first, last, seg, start, length, kids)
+    node.dirty = False
+    return node
+
+
+class _NodeTable:
+    """Node id -> node; with a budget, least recently used nodes spill to the store."""
+
+    def __init__(self, store, cap: int):
+        self.store = store
+        self.cap = cap                      # 0: everything stays in memory
+        self.root = _Node(0, 0, 0, 0, 0)
+        self.resident: OrderedDict[int, _Node] = OrderedDict()
+        self.count = 0                      # nodes below the root
+        self.spill_reads = 0
+        self.spill_writes = 0
+        self.corrupt = 0
+
+    def add(self, node: _Node) -> int:
+        self.count += 1
+        nid = self.count
+        if nid >= _ID_LIMIT:
+            raise OverflowError("segment-radix: more than 2**56 tree nodes")
+        self.resident[nid] = node
+        return nid
+
+    def get(self, nid: int) -> _Node | None:
+        node = self.resident.get(nid)
+        if node is not None:
+            if self.cap:
+                self.resident.move_to_end(nid)
+            return node
+        self.spill_reads += 1
+        raw = self.store.get(_SPILL_BASE | nid)
+        node = None if raw is None else _decode_node(raw)
+        if node is None:
+            self.corrupt += 1
+            return None
+        self.resident[nid] = node
+        return node
+
+    def trim(self) -> None:
+        """Spill least recently used nodes until the budget holds (one write batch)."""
+        if not self.cap or len(self.resident) <= self.cap:
+            return
+        puts = []
+        while len(self.resident) > self.cap:
+            nid, node = self.resident.popitem(last=False)
+            if node.dirty:
+                puts.append((_SPILL_BASE | nid, _encode_node(node)))
+        if puts:
+            self.store.write_items(puts)
+            self.spill_writes += len(puts)
+
+    @property
+    def spilled(self) -> int:
+        return self.count - len(self.resident)
+
+
+class SegmentRadixStrategy(IndexStrategy):
+    """Segments in the store plus an exact in-memory radix tree over segments."""
+
+    name = "segment-radix"
+    needs_store = True
+    exact = True
+    options = {
+        "S": Option(64, "blocks per segment (windows aligned at multiples of S)", min=1, max=4096),
+        "cap_nodes": Option(0, "tree nodes kept in memory; the rest spill to the engine "
+                            "(0: no cap)", min=0, max=1 << 40),
+    }
+
+    def __init__(self, store=None, options=None, meta_size: int = META_SIZE):
+        super().__init__(store, options, meta_size)
+        if not isinstance(meta_size, int) or meta_size < 1:
+            raise ConfigError(f"option meta_size: {meta_size!r} must be an integer >= 1")
+        self.S = self.opts["S"]
+        self.layer = SegmentLayer(store, segment_blocks=self.S, meta_size=meta_size)
+        self._nodes = _NodeTable(store, self.opts["cap_nodes"])
+        self._lock = threading.Lock()
+        self._entries = 0
+        self._segments = 0
+        self._segment_blocks = 0          # block records written into segments
+        self._matches = 0
+        self._match_reads = 0             # segment reads + spill reads during matches
+        self._match_spill_reads = 0
+        self._corrupt_segments = 0
+
+    # ------------------------------------------------------------------ walk
+    def _walk(self, q: np.ndarray, n: int):
+        """In-memory descent: ``(plan, parent, partial)``.
+
+        ``plan`` lists per reached window ``[window start, end to verify, seg id]``
+        (the deepest node's segment); ``parent`` is the deepest fully matched node
+        (the root if none); ``partial`` the node whose edge the query enters but
+        may leave early (its last ID did not confirm it), or None.
+        """
+        S = self.S
+        get = self._nodes.get
+        node, d = self._nodes.root, 0
+        plan: list = []
+        while d < n and node.kids:
+            cid = node.kids.get(int(q[d]))
+            if cid is None:
+                break
+            child = get(cid)
+            if child is None:                       # unreadable spilled node: a miss
+                break
+            end = child.start + child.length
+            ws = d - d % S
+            hi = min(end, n)
+            if plan and plan[-1][0] == ws:
+                plan[-1][1], plan[-1][2] = hi, child.seg
+            else:
+                plan.append([ws, hi, child.seg])
+            if end <= n and int(q[end - 1]) == child.last:
+                node, d = child, end
+                continue
+            return plan, node, child
+        return plan, node, None
+
+    @staticmethod
+    def _verify(q: np.ndarray, plan: list, segs: list) -> tuple[int, list, int]:
+        """Blocks verified against the segments, their metadata parts, and 1 if an
+        unreadable (missing or corrupt) segment cut the match short."""
+        matched, metas = 0, []
+        for (ws, hi, _sid), seg in zip(plan, segs):
+            if seg is None or seg.start != ws:
+                return matched, metas, 1
+            want = hi - ws
+            c = common_prefix(seg.ids[:want], q[ws:hi])
+            if c:
+                metas.append(seg.metas[:c])
+            matched = ws + c
+            if c < want:
+                break
+        return matched, metas, 0
+
+    # ------------------------------------------------------------------ match
+    def match(self, block_ids: np.ndarray) -> Match:
+        q = _ids(block_ids)
+        n = len(q)
+        with self._lock:
+            spill0 = self._nodes.spill_reads
+            plan, _parent, _partial = self._walk(q, n) if n else ([], None, None)
+            self._nodes.trim()
+            spill = self._nodes.spill_reads - spill0
+        segs = self.layer.read_many([p[2] for p in plan]) if plan else []
+        matched, metas, corrupt = self._verify(q, plan, segs)
+        with self._lock:
+            self._corrupt_segments += corrupt
+            self._matches += 1
+            self._match_reads += len(plan) + spill
+            self._match_spill_reads += spill
+        if not matched:
+            return Match.empty(self.meta_size)
+        return Match(matched, np.concatenate(metas) if len(metas) > 1 else metas[0])
+
+    # ------------------------------------------------------------------ insert
+    def insert(self, block_ids: np.ndarray, metas: np.ndarray) -> None:
+        q = _ids(block_ids)
+        n, S = len(q), self.S
+        m = _metas(metas, n, self.meta_size)
+        if n == 0:
+            return
+        with self._lock:
+            try:
+                self._insert(q, m, n, S)
+            finally:
+                self._nodes.trim()
+
+    def _insert(self, q: np.ndarray, m: np.ndarray, n: int, S: int) -> None:
+        plan, parent, partial = self._walk(q, n)
+        seg = None
+        if partial is None:
+            d = parent.start + parent.length
+            if d == n:
+                return                              # everything is indexed already
+            if d % S:                               # diverges inside the parent's window
+                seg = self.layer.read(parent.seg)
+                if seg is None:
+                    self._corrupt_segments += 1
+                    return                          # keep what is stored; index nothing new
+        else:
+            ws = partial.start - partial.start % S
+            seg = self.layer.read(partial.seg)
+            if seg is None or seg.start != ws:
+                self._corrupt_segments += 1
+                return
+            end = partial.start + partial.length
+            hi = min(end, n)
+            c = common_prefix(seg.ids[partial.start - ws:hi - ws], q[partial.start:hi])
+            d = partial.start + c
+            if d == n:
+                return                              # the sequence ends inside an edge
+            if c == 0:                              # first ID matched but the segment disagrees
+                self._corrupt_segments += 1
+                return
+            if d == end:                            # last-ID collision: the edge did match
+                parent, partial = partial, None
+        ws = d - d % S
+        we = min(ws + S, n)
+        writes = []
+        if d > ws:
+            first_seg, is_new = self.layer.extend_or_copy(seg, q[ws:we], m[ws:we], d - ws)
+        else:
+            first_seg, is_new = self.layer.new_segment(ws, q[ws:we], m[ws:we]), True
+        writes.append(first_seg)
+        for s in range(we, n, S):
+            e = min(s + S, n)
+            writes.append(self.layer.new_segment(s, q[s:e], m[s:e]))
+        self.layer.write_many(writes)
+        self._segments += len(writes) - (0 if is_new else 1)
+        self._segment_blocks += int(sum(len(w.ids) for w in writes)) - (0 if is_new else d - ws)
+        self._entries += n - d
+
+        # ---- tree update (the segments are durable first) ----
+        nodes = self._nodes
+        if partial is not None:                     # split the edge at d
+            old_first = int(seg.ids[d - ws])
+            lower = _Node(old_first, partial.last, partial.seg, d,
+                          partial.start + partial.length - d, partial.kids)
+            lid = nodes.add(lower)
+            partial.length = d - partial.start
+            partial.last = int(q[d - 1])
+            partial.kids = {old_first: lid}
+            partial.dirty = True
+            parent = partial
+        grow = (not is_new and parent is not nodes.root and not parent.kids
+                and parent.seg == first_seg.seg_id and parent.start >= ws)
+        if grow:                                    # a leaf extended in place: longer edge
+            parent.length = we - parent.start
+            parent.last = int(q[we - 1])
+            parent.dirty = True
+        else:
+            parent = self._attach(parent, _Node(int(q[d]), int(q[we - 1]), first_seg.seg_id,
+                                                d, we - d))
+        for w in writes[1:]:
+            e = w.start + len(w.ids)
+            parent = self._attach(parent, _Node(int(q[w.start]), int(q[e - 1]), w.seg_id,
+                                                w.start, e - w.start))
+
+    def _attach(self, parent: _Node, child: _Node) -> _Node:
+        cid = self._nodes.add(child)
+        if parent.kids is None:
+            parent.kids = {}
+        parent.kids[child.first] = cid
+        parent.dirty = True
+        return child
+
+    # ------------------------------------------------------------------ stats
+    def stats(self) -> dict:
+        nodes = self._nodes
+        with self._lock:
+            resident = len(nodes.resident)
+            slots = len(nodes.root.kids or ()) + sum(
+                len(x.kids) for x in nodes.resident.values() if x.kids)
+        mt = self._matches
+        return {
+            "entries": self._entries,
+            "memory_bytes": (resident + 1) * NODE_BYTES + slots * SLOT_BYTES,
+            "nodes": nodes.count,
+            "memory_nodes": resident,
+            "spilled_nodes": nodes.spilled,
+            "spill_reads": nodes.spill_reads,
+            "spill_writes": nodes.spill_writes,
+            "corrupt_nodes": nodes.corrupt,
+            "segments": self._segments,
+            "segment_block_entries": self._segment_blocks,
+            "corrupt_segments": self._corrupt_segments,
+            "matches": mt,
+            "store_reads_per_match": self._match_reads / mt if mt else 0.0,
+            "spill_reads_per_match": self._match_spill_reads / mt if mt else 0.0,
+        }
+
+
+class CappedSegmentRadixStrategy(SegmentRadixStrategy):
+    """Segment-radix whose in-memory tree nodes are capped; the rest spill to the engine."""
+
+    name = "segment-radix-capped"
+    options = {
+        "S": SegmentRadixStrategy.options["S"],
+        "cap_nodes": Option(1024, "tree nodes kept in memory (about 72 KiB); the rest spill "
+                            "to the engine", min=1, max=1 << 40),
+    }
+
+
+def _ids(block_ids) -> np.ndarray:
+    a = np.ascontiguousarray(block_ids, dtype=np.uint64)
+    if a.ndim != 1:
+        raise ValueError(f"block ids must be a 1-D uint64 array, got shape {a.shape}")
+    return a
+
+
+def _metas(metas, n: int, meta_size: int) -> np.ndarray:
+    m = np.ascontiguousarray(metas, dtype=np.uint8)
+    if m.shape != (n, meta_size):
+        raise ValueError(f"metas must be a uint8 array of shape ({n}, {meta_size}), "
+                         f"got shape {m.shape}")
+    return m
+
+
+@hookimpl
+def prefixbench_register_strategies(register):
+    register("segment-radix", SegmentRadixStrategy)
+    register("segment-radix-capped", CappedSegmentRadixStrategy)

@@ -1,0 +1,506 @@
+"""The segment baselines of the SARP paper's section 6.1: segment-hash and
+segment-radix (plain and capped), held against the exact radix oracle.
+
+Random branching session sets (a token tree chained into block IDs, with
+inserts and matches interleaved) run on the memory engine and on lmdb when
+that engine imports; small segment sizes make every sequence cross several
+windows, and tiny node budgets make the capped tree spill on every operation.
+"""
+from __future__ import annotations
+
+import importlib
+import shutil
+import sys
+import tempfile
+import threading
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from prefixbench.engines.base import StoreConfig
+from prefixbench.engines.memory import MemoryStore
+from prefixbench.harness.blockids import chain_ids
+from prefixbench.harness.errors import ConfigError
+from prefixbench.harness.replay import replay
+from prefixbench.plugins import segment_hash, segment_radix
+from prefixbench.plugins.radix import RadixStrategy
+from prefixbench.plugins.segment_hash import (SegmentHashStrategy, encode_records,
+                                              encode_records_py, record_keys, record_spans)
+from prefixbench.plugins.segment_radix import (SPILL_KEY_SPACE, CappedSegmentRadixStrategy,
+                                               SegmentRadixStrategy)
+from prefixbench.plugins.segments import Segment, decode_segment, encode_segment
+from prefixbench.workloads.synthetic import make_synthetic
+
+SEED = 0xC0FFEE
+MS = 16
+PROPS = settings(max_examples=150, deadline=None,
+                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+# ----------------------------------------------------------------------------- helpers
+def _lmdb_class():
+    try:
+        mod = importlib.import_module("prefixbench.engines.lmdb")
+    except ImportError:
+        return None
+    got = {}
+    mod.prefixbench_register_engines(register=lambda name, cls, *a, **k: got.__setitem__(name, cls))
+    return got.get("lmdb")
+
+
+LMDB = _lmdb_class()
+ENGINES = ["memory", pytest.param("lmdb", marks=pytest.mark.skipif(
+    LMDB is None, reason="prefixbench.engines.lmdb is not importable"))]
+
+
+class Stores:
+    """Opens engines in scratch directories; closes and removes them on exit."""
+
+    def __init__(self, engine: str):
+        self.engine, self.opened, self.dirs = engine, [], []
+
+    def open(self):
+        if self.engine == "memory":
+            store = MemoryStore()
+        else:
+            d = tempfile.mkdtemp(prefix="pb-segbase-")
+            self.dirs.append(d)
+            store = LMDB(StoreConfig(path=d, durability="off"))
+        self.opened.append(store)
+        return store
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        for s in self.opened:
+            s.close()
+        for d in self.dirs:
+            shutil.rmtree(d, ignore_errors=True)
+        return False
+
+
+def ids_of(tokens) -> np.ndarray:
+    return chain_ids(np.asarray(tokens, dtype=np.uint64), SEED)
+
+
+def metas_of(ids: np.ndarray, tag: int) -> np.ndarray:
+    """(block id, inserting op) per row: a block re-inserted later must keep its first row."""
+    rows = np.empty((len(ids), 2), dtype=np.uint64)
+    rows[:, 0] = ids
+    rows[:, 1] = tag
+    return rows.view(np.uint8).reshape(len(ids), MS)
+
+
+@st.composite
+def branching_sessions(draw, max_seqs=8, alphabet=3):
+    """Ops ``(kind, tokens)`` over sequences that fork from random earlier ones.
+
+    Each op acts on ``seq[:cut] + extra``, so prefixes, extensions and fresh
+    branches inside an edge, at an edge end and at a window boundary all occur.
+    """
+    seqs: list[list[int]] = []
+    for _ in range(draw(st.integers(1, max_seqs))):
+        base: list[int] = []
+        if seqs and draw(st.booleans()):
+            parent = draw(st.sampled_from(seqs))
+            base = parent[:draw(st.integers(0, len(parent)))]
+        seqs.append(base + draw(st.lists(st.integers(0, alphabet - 1), max_size=20)))
+    ops = draw(st.lists(st.tuples(st.sampled_from(("insert", "match", "match")),
+                                  st.integers(0, len(seqs) - 1), st.integers(0, 40),
+                                  st.lists(st.integers(0, alphabet - 1), max_size=3)),
+                        min_size=1, max_size=30))
+    return [(kind, seqs[i][:cut] + extra) for kind, i, cut, extra in ops]
+
+
+def run_against_oracle(ops, strategies: dict, check):
+    """Apply ``ops`` to the oracle and every strategy; ``check(name, got, want, step)``."""
+    oracle = RadixStrategy()
+    for step, (kind, tokens) in enumerate(ops):
+        ids = ids_of(tokens)
+        if kind == "insert":
+            m = metas_of(ids, step)
+            oracle.insert(ids, m)
+            for s in strategies.values():
+                s.insert(ids, m)
+        else:
+            want = oracle.match(ids)
+            for name, s in strategies.items():
+                check(name, s.match(ids), want, step)
+    return oracle
+
+
+def same_answer(name, got, want, step):
+    assert got.n_blocks == want.n_blocks, (name, step, got.n_blocks, want.n_blocks)
+    assert got.metas.dtype == np.uint8 and got.metas.shape == want.metas.shape, (name, step)
+    assert np.array_equal(got.metas, want.metas), (name, step)
+
+
+def never_more_and_same_metadata(name, got, want, step):
+    assert got.n_blocks <= want.n_blocks, (name, step)
+    assert got.metas.shape == (got.n_blocks, MS), (name, step)
+    assert np.array_equal(got.metas, want.metas[:got.n_blocks]), (name, step)
+
+
+# ----------------------------------------------------------------------------- properties
+@pytest.mark.parametrize("engine", ENGINES)
+@PROPS
+@given(ops=branching_sessions(), S=st.sampled_from([1, 2, 4, 8]), cap=st.integers(1, 3))
+def test_segment_radix_plain_and_capped_equal_the_oracle(engine, ops, S, cap):
+    with Stores(engine) as stores:
+        plain = SegmentRadixStrategy(stores.open(), {"S": S})
+        capped = CappedSegmentRadixStrategy(stores.open(), {"S": S, "cap_nodes": cap})
+        oracle = run_against_oracle(ops, {"plain": plain, "capped": capped}, same_answer)
+        entries = oracle.stats()["entries"]
+        for s in (plain, capped):
+            st_ = s.stats()
+            assert st_["entries"] == entries
+            assert st_["corrupt_segments"] == st_["corrupt_nodes"] == 0
+        assert capped.stats()["memory_nodes"] <= cap
+        assert capped.stats()["nodes"] == plain.stats()["nodes"]
+        assert plain.stats()["spilled_nodes"] == 0
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@PROPS
+@given(ops=branching_sessions(), S=st.sampled_from([1, 2, 4, 8]))
+def test_segment_hash_never_exceeds_the_oracle(engine, ops, S):
+    """The contract (never longer, same metadata) - and this layout is exact besides."""
+    with Stores(engine) as stores:
+        s = SegmentHashStrategy(stores.open(), {"S": S})
+        run_against_oracle(ops, {"segment-hash": s}, never_more_and_same_metadata)
+        run_against_oracle(ops, {"segment-hash": SegmentHashStrategy(stores.open(), {"S": S})},
+                           same_answer)
+
+
+# ----------------------------------------------------------------------------- replay
+@pytest.mark.parametrize("profile, sessions", [("codeact", 12), ("lmcache-agent", 2),
+                                               ("eabf", 6), ("ultrachat", 60)])
+def test_replay_on_synthetic_profiles_has_no_false_hits(profile, sessions):
+    for strategy in (SegmentHashStrategy(MemoryStore()), SegmentRadixStrategy(MemoryStore()),
+                     CappedSegmentRadixStrategy(MemoryStore(), {"cap_nodes": 8})):
+        res = replay(strategy, make_synthetic(profile, sessions=sessions))
+        assert res.requests > 0 and res.oracle_hit_tokens > 0
+        assert res.false_hits == 0, strategy.name
+        assert res.short_matches == 0 and res.hit_rate_loss == 0.0, strategy.name
+        assert res.strategy_stats["entries"] > 0
+
+
+# ----------------------------------------------------------------------------- segment-hash layout
+def test_segment_hash_writes_one_record_per_new_block_with_halving_sizes():
+    store = MemoryStore()
+    s = SegmentHashStrategy(store, {"S": 8})
+    ids = ids_of(range(32))
+    s.insert(ids, metas_of(ids, 1))
+    # per window of 8: records of 1,2,1,4,1,2,1,8 blocks = 20 block entries
+    assert s.stats()["records"] == 32 and s.stats()["block_entries_written"] == 80
+    assert s.stats()["write_amplification"] == 2.5
+    keys = [k for k, _ in store.scan(0)]                # all in key space 3, nowhere else
+    assert len(keys) == 32 and all(k >> 56 == segment_hash.HASH_KEY_SPACE == 3 for k in keys)
+    full = decode_segment(store.get(int(record_keys(ids[15:16])[0])), MS)
+    assert (full.start, len(full.ids)) == (8, 8)
+    half = decode_segment(store.get(int(record_keys(ids[19:20])[0])), MS)
+    assert (half.start, len(half.ids)) == (16, 4)
+
+    longer = ids_of(list(range(32)) + [99, 98, 97])
+    s.insert(longer, metas_of(longer, 2))           # only the 3 new positions are written
+    assert s.stats()["records"] == 35 and s.stats()["entries"] == 35
+    rec = decode_segment(store.get(int(record_keys(longer[33:34])[0])), MS)
+    assert (rec.start, len(rec.ids)) == (32, 2)
+    assert np.array_equal(rec.metas, metas_of(longer, 2)[32:34])
+
+
+def test_segment_hash_reads_one_record_per_full_window_and_halves_on_a_miss():
+    store = MemoryStore()
+    s = SegmentHashStrategy(store, {"S": 8})
+    ids = ids_of(range(32))
+    s.insert(ids, metas_of(ids, 1))
+    store.reset_stats()
+    assert s.match(ids).n_blocks == 32 and store.stats().reads == 4
+    store.reset_stats()
+    q = ids_of(list(range(21)) + [7, 7, 7, 7])       # diverges at block 21 of window 2
+    m = s.match(q)
+    assert m.n_blocks == 21 and np.array_equal(m.metas, metas_of(ids, 1)[:21])
+    # windows 0, 1: one read each; window 2: sizes 8 (miss), 4 (hit), 2 (miss), 1 (hit)
+    assert store.stats().reads == 6
+    assert s.stats()["fallback_reads_per_match"] == 1.5
+
+
+def test_segment_hash_keeps_the_first_metadata_in_records_that_reach_back():
+    s = SegmentHashStrategy(MemoryStore(), {"S": 8})
+    short = ids_of(range(5))
+    s.insert(short, metas_of(short, 1))
+    long_ = ids_of(range(16))
+    s.insert(long_, metas_of(long_, 2))             # records of 8 and 2 blocks cover blocks 0..4
+    m = s.match(long_)
+    assert m.n_blocks == 16
+    assert np.array_equal(m.metas[:5], metas_of(short, 1))
+    assert np.array_equal(m.metas[5:], metas_of(long_, 2)[5:])
+
+
+def test_segment_hash_batch_encoder_equals_the_reference():
+    rng = np.random.default_rng(3)
+    ids = rng.integers(0, 2**64 - 1, 70, dtype=np.uint64, endpoint=True)
+    for ms in (1, 7, 16):
+        metas = rng.integers(0, 256, (70, ms), dtype=np.uint8)
+        for lo, S in ((0, 1), (3, 8), (17, 64)):
+            starts, lens = record_spans(lo, 70, S)
+            keys = record_keys(ids[lo:])
+            assert encode_records(keys, starts, lens, ids, metas, ms) == \
+                encode_records_py(keys, starts, lens, ids, metas, ms)
+    with pytest.raises(ValueError, match="outside"):
+        encode_records(keys[:1], np.array([69]), np.array([2]), ids, metas, 16)
+
+
+def test_segment_hash_treats_a_corrupt_or_foreign_record_as_a_miss():
+    store = MemoryStore()
+    s = SegmentHashStrategy(store, {"S": 4})
+    ids = ids_of(range(12))
+    s.insert(ids, metas_of(ids, 1))
+    k = int(record_keys(ids[7:8])[0])                # the full record of window 1
+    raw = bytearray(store.get(k))
+    raw[-1] ^= 0xFF
+    store.put(k, bytes(raw))
+    m = s.match(ids)
+    assert m.n_blocks == 7                           # window 1 falls back to 2 + 1 blocks
+    assert np.array_equal(m.metas, metas_of(ids, 1)[:7])
+    assert s.stats()["corrupt_segments"] == 1
+    # a valid record under the wrong key: verification refuses it
+    store.put(int(record_keys(ids[3:4])[0]), store.get(int(record_keys(ids[11:12])[0])))
+    assert s.match(ids).n_blocks == 3                # window 0 falls back to 2 + 1 blocks
+    # a well-formed record under the right key whose ids differ (a key collision)
+    k = int(record_keys(ids[1:2])[0])
+    other = ids_of([5, 5])
+    store.put(k, encode_records(np.array([k], np.uint64), np.array([0]), np.array([2]),
+                                other, metas_of(other, 9), MS)[0][1])
+    m = s.match(ids)                                 # size 2 refused, size 1 still verifies
+    assert m.n_blocks == 1 and np.array_equal(m.metas, metas_of(ids, 1)[:1])
+
+
+# ----------------------------------------------------------------------------- segment-radix layout
+def test_segment_radix_reads_one_segment_per_window_and_shares_segments():
+    store = MemoryStore()
+    s = SegmentRadixStrategy(store, {"S": 8})
+    a = ids_of(range(20))
+    s.insert(a, metas_of(a, 1))
+    assert s.stats()["segments"] == 3 and s.stats()["nodes"] == 3
+    # modeled bytes: 4 node records (root included) + 3 child slots (a chain)
+    assert s.stats()["memory_bytes"] == 4 * segment_radix.NODE_BYTES + 3 * segment_radix.SLOT_BYTES
+    b = ids_of(list(range(12)) + [50, 51])           # diverges inside window 1: one copy
+    s.insert(b, metas_of(b, 2))
+    assert s.stats()["segments"] == 4 and s.stats()["segment_block_entries"] == 20 + 6
+    c = ids_of(list(range(20)) + [60])               # extends the last segment in place
+    s.insert(c, metas_of(c, 3))
+    assert s.stats()["segments"] == 4 and s.stats()["nodes"] == 5
+    store.reset_stats()
+    m = s.match(ids_of(list(range(12)) + [50, 7]))   # b's branch, one segment per window
+    assert m.n_blocks == 13 and store.stats().reads == 2 and store.stats().read_calls == 1
+    assert np.array_equal(m.metas[:12], metas_of(a, 1)[:12])
+    assert np.array_equal(m.metas[12:], metas_of(b, 2)[12:13])
+    assert s.stats()["memory_bytes"] > 0 and s.stats()["store_reads_per_match"] == 2
+
+
+def test_segment_radix_capped_spills_to_key_space_2_and_reads_back():
+    store = MemoryStore()
+    capped = CappedSegmentRadixStrategy(store, {"S": 4, "cap_nodes": 2})
+    plain = SegmentRadixStrategy(MemoryStore(), {"S": 4})
+    seqs = [ids_of([i % 3, i % 5] + list(range(i, i + 9))) for i in range(12)]
+    for t, ids in enumerate(seqs):
+        for s in (capped, plain):
+            s.insert(ids, metas_of(ids, t))
+        assert capped.stats()["memory_nodes"] <= 2
+    st_ = capped.stats()
+    assert st_["spilled_nodes"] == st_["nodes"] - 2 > 10 and st_["spill_writes"] > 0
+    space = [k for k, _ in store.scan(SPILL_KEY_SPACE << 56, (SPILL_KEY_SPACE + 1) << 56)]
+    assert len(space) >= st_["spilled_nodes"]
+    reads0 = st_["spill_reads"]
+    for ids in seqs:
+        same_answer("capped", capped.match(ids), plain.match(ids), 0)
+    assert capped.stats()["spill_reads"] > reads0
+    assert capped.stats()["store_reads_per_match"] > plain.stats()["store_reads_per_match"]
+    assert capped.stats()["memory_bytes"] < plain.stats()["memory_bytes"]
+
+
+def test_segment_radix_capped_keeps_recently_used_nodes_in_memory():
+    """Least recently used nodes spill first: a path just matched stays resident."""
+    s = CappedSegmentRadixStrategy(MemoryStore(), {"S": 4, "cap_nodes": 4})
+    a, b, c = (ids_of([t] * 8) for t in (1, 2, 3))    # two nodes each (two windows)
+    for t, ids in enumerate((a, b)):
+        s.insert(ids, metas_of(ids, t))
+    assert s.stats()["spill_reads"] == 0
+    assert s.match(a).n_blocks == 8                  # a is now the most recently used
+    s.insert(c, metas_of(c, 2))                      # evicts two nodes: b's, not a's
+    reads = s.stats()["spill_reads"]
+    assert s.match(a).n_blocks == 8 and s.stats()["spill_reads"] == reads
+    assert s.match(b).n_blocks == 8 and s.stats()["spill_reads"] == reads + 2
+
+
+def test_segment_radix_corrupt_segment_or_node_is_a_miss_never_reused():
+    store = MemoryStore()
+    s = SegmentRadixStrategy(store, {"S": 4})
+    ids = ids_of(range(10))
+    s.insert(ids, metas_of(ids, 1))
+    seg_keys = [k for k, _ in store.scan(0, 1 << 56)]
+    assert len(seg_keys) == 3
+    raw = bytearray(store.get(seg_keys[1]))          # window 1
+    raw[50] ^= 0x01
+    store.put(seg_keys[1], bytes(raw))
+    m = s.match(ids)
+    assert m.n_blocks == 4 and np.array_equal(m.metas, metas_of(ids, 1)[:4])
+    assert s.stats()["corrupt_segments"] >= 1
+    before = store.stats().writes
+    s.insert(ids_of(list(range(6)) + [9]), metas_of(ids[:7], 2))   # needs that segment: skipped
+    assert store.stats().writes == before
+
+    # a well-formed segment whose ids differ (as after a collision): verified block by block
+    store1 = MemoryStore()
+    s1 = SegmentRadixStrategy(store1, {"S": 4})
+    s1.insert(ids, metas_of(ids, 1))
+    seg0 = decode_segment(store1.get(seg_keys[0]), MS)
+    forged = ids.copy()
+    forged[2] ^= np.uint64(1)
+    store1.put(seg_keys[0], encode_segment(Segment(seg0.seg_id, 0, forged[:4], seg0.metas), MS))
+    m = s1.match(ids)
+    assert m.n_blocks == 2 and np.array_equal(m.metas, metas_of(ids, 1)[:2])
+
+    store2 = MemoryStore()
+    c = CappedSegmentRadixStrategy(store2, {"S": 4, "cap_nodes": 1})
+    c.insert(ids, metas_of(ids, 1))
+    spilled = [k for k, _ in store2.scan(SPILL_KEY_SPACE << 56, (SPILL_KEY_SPACE + 1) << 56)]
+    for k in spilled:
+        store2.put(k, b"garbage")
+    assert c.match(ids).n_blocks < 10
+    assert c.stats()["corrupt_nodes"] >= 1
+
+
+# ----------------------------------------------------------------------------- threads
+@pytest.mark.parametrize("make", [
+    lambda: SegmentHashStrategy(MemoryStore(), {"S": 4}),
+    lambda: SegmentRadixStrategy(MemoryStore(), {"S": 4}),
+    lambda: CappedSegmentRadixStrategy(MemoryStore(), {"S": 4, "cap_nodes": 3}),
+])
+def test_concurrent_inserts_and_matches(make):
+    """Four threads on one instance: no false hits, and the same final index as one thread."""
+    rng = np.random.default_rng(11)
+    sessions = [[int(x) for x in rng.integers(0, 3, size=rng.integers(1, 30))] for _ in range(200)]
+    shared, oracle = make(), RadixStrategy()
+    for tokens in sessions:
+        ids = ids_of(tokens)
+        oracle.insert(ids, metas_of(ids, 0))
+    errors = []
+
+    def worker(part):
+        try:
+            for tokens in part:
+                ids = ids_of(tokens)
+                m = shared.match(ids)
+                assert np.array_equal(m.metas, metas_of(ids[:m.n_blocks], 0))
+                shared.insert(ids, metas_of(ids, 0))
+                assert shared.match(ids).n_blocks == len(ids)
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(sessions[i::4],)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+    assert shared.stats()["entries"] == oracle.stats()["entries"]
+    for tokens in sessions:
+        ids = ids_of(tokens + [1])
+        same_answer("shared", shared.match(ids), oracle.match(ids), 0)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: SegmentHashStrategy(MemoryStore(), {"S": 8}),
+    lambda: SegmentRadixStrategy(MemoryStore(), {"S": 8}),
+    lambda: CappedSegmentRadixStrategy(MemoryStore(), {"S": 8, "cap_nodes": 2}),
+])
+def test_racing_inserts_of_one_prefix_agree_on_each_blocks_metadata(make):
+    """Threads inserting overlapping prefixes with different metadata: whoever wins,
+    every query must see one record per block (inserts are serialised)."""
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for trial in range(30):
+            s = make()
+            full = ids_of([trial] + list(range(40)))
+            cuts = [12, 20, 28, 36, 41, 17, 33, 9]
+            barrier = threading.Barrier(len(cuts))
+
+            def worker(t, cut):
+                barrier.wait()
+                s.insert(full[:cut], metas_of(full[:cut], t + 1))
+
+            threads = [threading.Thread(target=worker, args=(t, c)) for t, c in enumerate(cuts)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            ref = s.match(full)
+            assert ref.n_blocks == 41
+            for cut in range(1, 41):
+                assert np.array_equal(s.match(full[:cut]).metas, ref.metas[:cut]), (trial, cut)
+    finally:
+        sys.setswitchinterval(old)
+
+
+# ----------------------------------------------------------------------------- options and plugins
+@pytest.mark.parametrize("cls, options", [
+    (SegmentHashStrategy, {"S": 0}),
+    (SegmentHashStrategy, {"S": 48}),
+    (SegmentHashStrategy, {"S": 8192}),
+    (SegmentHashStrategy, {"S": "big"}),
+    (SegmentHashStrategy, {"R": 4}),
+    (SegmentRadixStrategy, {"S": 0}),
+    (SegmentRadixStrategy, {"S": 5000}),
+    (SegmentRadixStrategy, {"cap_nodes": -1}),
+    (CappedSegmentRadixStrategy, {"cap_nodes": 0}),
+    (CappedSegmentRadixStrategy, {"cap_nodes": "few"}),
+])
+def test_out_of_range_options_raise_config_error(cls, options):
+    with pytest.raises(ConfigError, match="option"):
+        cls(MemoryStore(), options)
+
+
+@pytest.mark.parametrize("cls", [SegmentHashStrategy, SegmentRadixStrategy,
+                                 CappedSegmentRadixStrategy])
+def test_needs_a_store_and_a_valid_meta_size(cls):
+    with pytest.raises(ConfigError, match="needs an engine"):
+        cls()
+    with pytest.raises(ConfigError, match="meta_size"):
+        cls(MemoryStore(), meta_size=0)
+
+
+def test_defaults_and_registration():
+    got = {}
+    for mod in (segment_hash, segment_radix):
+        mod.prefixbench_register_strategies(register=lambda name, cls: got.__setitem__(name, cls))
+    assert got == {"segment-hash": SegmentHashStrategy, "segment-radix": SegmentRadixStrategy,
+                   "segment-radix-capped": CappedSegmentRadixStrategy}
+    assert all(cls.needs_store for cls in got.values())
+    assert SegmentRadixStrategy.exact and not SegmentHashStrategy.exact
+    assert SegmentHashStrategy(MemoryStore()).opts == {"S": 64}
+    assert SegmentRadixStrategy(MemoryStore()).opts == {"S": 64, "cap_nodes": 0}
+    assert CappedSegmentRadixStrategy(MemoryStore()).opts["cap_nodes"] >= 1
+    from prefixbench.plugins.registry import get_registry
+    names = set(get_registry().names("strategy"))
+    assert {"segment-hash", "segment-radix", "segment-radix-capped"} <= names
+
+
+def test_empty_and_other_meta_sizes():
+    for cls in (SegmentHashStrategy, SegmentRadixStrategy, CappedSegmentRadixStrategy):
+        s = cls(MemoryStore(), {"S": 4}, meta_size=5)
+        empty = np.empty(0, dtype=np.uint64)
+        assert s.match(empty).n_blocks == 0 and s.match(empty).metas.shape == (0, 5)
+        s.insert(empty, np.empty((0, 5), np.uint8))
+        ids = ids_of(range(7))
+        m5 = metas_of(ids, 4)[:, :5].copy()
+        s.insert(ids, m5)
+        got = s.match(ids_of(list(range(7)) + [3]))
+        assert got.n_blocks == 7 and np.array_equal(got.metas, m5), cls.name
+        with pytest.raises(ValueError, match="metas"):
+            s.insert(ids, np.zeros((7, 6), np.uint8))
