@@ -40,9 +40,22 @@ COUNT_FIGURES = (
     ("token-hit-rate-ppm", "integer", lambda r: round(r.hit_rate * 1e6)),
     ("store-reads-per-match", "integer", lambda r: r.reads_per_match),
     ("store-bytes", "byte", lambda r: r.store_bytes),
-    ("index-memory-bytes", "byte", lambda r: r.strategy_stats.get("memory_bytes", 0)),
-    ("index-entries", "integer", lambda r: r.strategy_stats.get("entries", 0)),
 )
+
+
+def strategy_figures(stats: dict) -> list[tuple[str, str, float]]:
+    """Every numeric strategy counter as ``index-<name>`` (bytes for ``*_bytes``).
+
+    Strategies report different counters (SARP's candidate counts, the
+    capped radix's spills, ...); compare_to lines up whatever two runs share.
+    """
+    out = []
+    for key, value in sorted(stats.items()):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        unit = "byte" if key.endswith("bytes") else "integer"
+        out.append((f"index-{key.replace('_', '-')}", unit, value))
+    return out
 
 
 def git_commit() -> str:
@@ -100,6 +113,7 @@ def replay_suites(res: ReplayResult, metadata: dict) -> tuple[list, list]:
     })
     times = [_one_shot(n, "second", f(res), md) for n, f in TIME_FIGURES]
     counts = [_one_shot(n, u, f(res), md) for n, u, f in COUNT_FIGURES]
+    counts += [_one_shot(n, u, v, md) for n, u, v in strategy_figures(res.strategy_stats)]
     return [b for b in times if b], [b for b in counts if b]
 
 

@@ -145,3 +145,19 @@ def test_hash_bench(run_cli):
     code, out, err = run_cli("hash-bench", "--tokens", "64K")
     assert code == 0, err
     assert "Cython" in out and "Python" in out
+
+
+def test_strategy_counters_reach_the_counts_suite(run_cli, tmp_path):
+    """SARP's Table 4 counters and routing bytes are exported as index-* benchmarks."""
+    out = tmp_path / "sarp.json"
+    code, _, err = run_cli("--quiet", "run", "-s", "sarp", "-e", "memory", "-w", "codeact",
+                           "-W", "sessions=20", "--no-runner", "-o", out)
+    assert code == 0, err
+    import pyperf
+    counts = pyperf.BenchmarkSuite.load(str(tmp_path / "sarp.counts.json"))
+    names = set(counts.get_benchmark_names())
+    for n in ("index-candidates-before-filtering", "index-candidates-after-filtering",
+              "index-candidates-retrieved", "index-routing-bytes-per-block",
+              "index-retrievals-per-query"):
+        assert n in names, n
+    assert counts.get_benchmark("index-routing-bytes").get_unit() == "byte"
