@@ -98,6 +98,54 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--engine", "-e", default="lmdb", help="default: %(default)s")
     p.add_argument("--out-dir", default="results/demo", help="default: %(default)s")
 
+    p = sub.add_parser("sweep", help="the paper's sweeps: retrieval budget, ablation, strategies",
+                       description="Replay one workload under several settings, one after the "
+                       "other, each on a fresh store with the exact radix oracle as a shadow in "
+                       "the same run, and print one table. KIND is retrieval (sarp at "
+                       "max_retrieval 1, 2, 3, 4, unlimited: loss vs the oracle, retrievals per "
+                       "query; paper Fig. 9), ablation (sarp with refinement, filtering, pruning "
+                       "each off: candidate counts, routing state; Fig. 10, Table 4) or "
+                       "strategies (sarp, ssd-blockhash, segment-radix-capped, segment-hash side "
+                       "by side: throughput ratios, latency, loss, bytes per block; section 6.2).",
+                       epilog="Cache: --cache-rule paper first replays ssd-blockhash on the engine "
+                       "and gives every SSD-backed strategy 10%% (--cache-fraction) of its logical "
+                       "store, entries x (8-byte key + 16-byte metadata); it is the default for "
+                       "'strategies', a fixed --cache-bytes (default 64MiB) for the others. "
+                       "-o OUT.json writes pyperf suites with benchmarks named SETTING-FIGURE "
+                       "(retrieval-1-match-latency-mean, sarp-insert-latency-mean, ...) and "
+                       "OUT.counts.json; compare two sweeps with 'python -m pyperf compare_to'.")
+    p.add_argument("kind", metavar="KIND", help="retrieval, ablation or strategies")
+    _add_workload_options(p)
+    g = p.add_argument_group("engine")
+    g.add_argument("--engine", "-e", default="memory",
+                   help="engine for SSD-backed strategies (default: %(default)s)")
+    g.add_argument("--engine-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="engine-specific option (repeatable)")
+    g.add_argument("--cache-rule", metavar="RULE",
+                   help="paper: 10%% of ssd-blockhash's logical store (learnt by replaying it "
+                   "first); fixed: --cache-bytes (default: paper for strategies, else fixed)")
+    g.add_argument("--cache-bytes", help="fixed engine cache, e.g. 16MiB (default: 64MiB "
+                   "unless the paper rule applies)")
+    g.add_argument("--cache-fraction", help="share of ssd-blockhash's logical store for "
+                   "--cache-rule paper (default: 0.1)")
+    g.add_argument("--direct-io", action="store_true", help="bypass the OS page cache for reads")
+    g.add_argument("--durability", choices=("sync", "async", "off"), default="async",
+                   help="engine durability mode (default: %(default)s)")
+    p.add_argument("--budgets", help="retrieval: comma-separated max_retrieval values, "
+                   "'unlimited' or 0 for no cap (default: 1,2,3,4,unlimited)")
+    p.add_argument("--strategies", help="strategies: comma-separated strategy names, the first "
+                   "is the one ratios are taken from (default: sarp,ssd-blockhash,"
+                   "segment-radix-capped,segment-hash)")
+    p.add_argument("--strategy-option", "-S", action="append", default=[],
+                   metavar="[STRATEGY:]KEY=VALUE",
+                   help="strategy parameter, sarp's unless prefixed with a strategy name, e.g. "
+                   "tau=128 or segment-radix-capped:cap_nodes=4096 (repeatable)")
+    p.add_argument("--backfill", default="sync", metavar="MODE",
+                   help="sarp back-fill jobs: sync (inside insert; repeatable results) or "
+                   "background (default: %(default)s)")
+    p.add_argument("-o", "--output", help="pyperf JSON output file (counts go to OUT.counts.json)")
+    p.add_argument("--quiet", "-q", action="store_true", dest="quiet_sub", help="no progress bars")
+
     p = sub.add_parser("hash-bench", help="chained block hashing throughput (Cython vs Python)",
                        description="Measure chained block-ID hashing in tokens/s for the "
                        "compiled path and the pure-Python reference on one core.")
@@ -247,6 +295,27 @@ def cmd_demo(args, leftover, argv, quiet):
     return 0
 
 
+def cmd_sweep(args, leftover, argv, quiet):
+    from prefixbench.harness import sweeps
+    from prefixbench.harness.build import parse_kv
+
+    cfg = sweeps.make_config(
+        args.kind, workload=args.workload,
+        workload_options=parse_kv("--workload-option", args.workload_option),
+        engine=args.engine, engine_options=parse_kv("--engine-option", args.engine_option),
+        cache_rule=args.cache_rule, cache_bytes=args.cache_bytes,
+        cache_fraction=args.cache_fraction, direct_io=args.direct_io,
+        durability=args.durability, limit=args.limit, budgets=args.budgets,
+        strategies=args.strategies,
+        strategy_options=parse_kv("--strategy-option", args.strategy_option),
+        backfill=args.backfill)
+    result = sweeps.run_sweep(cfg, quiet=quiet)
+    print(result.table())
+    if args.output:
+        print("wrote {} and {}".format(*result.write(args.output)))
+    return 0
+
+
 def cmd_hash_bench(args, leftover, argv, quiet):
     from prefixbench.harness.build import parse_size
     from prefixbench.harness.hashbench import measure, format_result
@@ -269,11 +338,14 @@ def cmd_engine_bench(args, leftover, argv, quiet):
                            batch=args.batch, cache_bytes=parse_size("--cache-bytes", args.cache_bytes),
                            direct_io=args.direct_io)
     for k, v in r.items():
-        print(f"{k:>24}: {v}")
+        if k.endswith("_s_per_key"):
+            v = f"{v * 1e6:.3f} us"
+        print(f"{k:>26}: {v}")
     return 0
 
 
 COMMANDS = {
     "run": cmd_run, "plugins": cmd_plugins, "workload": cmd_workload, "compare": cmd_compare,
     "demo": cmd_demo, "hash-bench": cmd_hash_bench, "engine-bench": cmd_engine_bench,
+    "sweep": cmd_sweep,
 }

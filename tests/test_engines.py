@@ -364,3 +364,18 @@ def test_measure_engine_never_reuses_a_full_directory(tmp_path):
     with pytest.raises(ConfigError, match=str(tmp_path)):
         measure_engine("memory", str(tmp_path), n_keys=10)
     assert os.listdir(tmp_path) == ["keep.txt"]
+
+
+def test_wiredtiger_binding_is_installed_as_a_release_build():
+    """.ci/install-wiredtiger.sh leaves an importable, non-diagnostic binding.
+
+    The engine tests above skip without the binding; this one does not, so a
+    broken install cannot pass unnoticed.  Set PREFIXBENCH_SKIP_WIREDTIGER=1
+    to run the suite on a machine without it.
+    """
+    if os.environ.get("PREFIXBENCH_SKIP_WIREDTIGER") == "1":
+        pytest.skip("PREFIXBENCH_SKIP_WIREDTIGER=1")
+    import wiredtiger
+
+    assert wiredtiger.wiredtiger_version()[0].startswith("WiredTiger 11.3.1")
+    assert not wiredtiger.diagnostic_build(), "debug build: run .ci/install-wiredtiger.sh"
