@@ -72,6 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plugins", help="list every strategy, engine and workload plugin",
                        description="List plugins with kind, name, providing package and version.")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--options", action="store_true",
+                   help="also list each strategy's options (-S KEY=VALUE) with defaults")
 
     p = sub.add_parser("workload", help="inspect workloads",
                        description="Inspect workloads.")
@@ -239,6 +241,14 @@ def cmd_plugins(args, leftover, argv, quiet):
 
     rows = [(i.kind, i.name, i.package, i.version, i.summary) for i in infos]
     print(format_table(("kind", "name", "package", "version", "summary"), rows))
+    if args.options:
+        rows = []
+        for i in infos:
+            for key, opt in sorted(getattr(i.factory, "options", {}).items()):
+                if i.kind == "strategy":
+                    rows.append((i.name, key, repr(opt.default), opt.help))
+        print()
+        print(format_table(("strategy", "option", "default", "meaning"), rows))
     return 0
 
 

@@ -161,3 +161,10 @@ def test_strategy_counters_reach_the_counts_suite(run_cli, tmp_path):
               "index-retrievals-per-query"):
         assert n in names, n
     assert counts.get_benchmark("index-routing-bytes").get_unit() == "byte"
+
+
+def test_plugins_options_lists_strategy_parameters(run_cli):
+    code, out, _ = run_cli("plugins", "--options")
+    assert code == 0
+    rows = [ln.split()[:3] for ln in out.splitlines()]
+    assert ["sarp", "max_retrieval", "3"] in rows and ["sarp", "tau", "256"] in rows
