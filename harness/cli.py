@@ -62,6 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_workload_options(p)
     _add_store_options(p)
     p.add_argument("-o", "--output", help="pyperf JSON output file")
+    p.add_argument("--csv", metavar="FILE", help="append one row of db_bench-style columns "
+                   "to FILE (.tsv for tabs)")
     p.add_argument("--no-runner", action="store_true",
                    help="skip the pyperf.Runner warmed-match benchmark (one replay only)")
     p.add_argument("--warm-fraction", type=float, default=0.5,
@@ -148,6 +150,52 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", help="pyperf JSON output file (counts go to OUT.counts.json)")
     p.add_argument("--quiet", "-q", action="store_true", dest="quiet_sub", help="no progress bars")
 
+    p = sub.add_parser("recover", help="recovery benchmark: build to N entries, snapshot, "
+                       "recover in a fresh process",
+                       description="Build an index to N unique block entries (the workload "
+                       "replicated with a fresh namespace seed per copy, streamed), snapshot "
+                       "and close it, then time recovery in a fresh process: snapshot load, "
+                       "deserialize, rebuild, first correctly served match; snapshot bytes, "
+                       "peak RSS; the probe hit rate after recovery must equal the one before.",
+                       epilog="Writes OUT.json (times) and OUT.counts.json (sizes, counts).")
+    p.add_argument("--strategy", "-s", required=True, help="index strategy name")
+    p.add_argument("--strategy-option", "-S", action="append", default=[], metavar="KEY=VALUE",
+                   help="strategy parameter (repeatable)")
+    p.add_argument("--entries", "-n", default="1e6",
+                   help="unique block entries to build, e.g. 1e7 or 10M (default: %(default)s)")
+    p.add_argument("--workload", "-w", default="lmcache-agent",
+                   help="workload to replicate (default: %(default)s)")
+    p.add_argument("--workload-option", "-W", action="append", default=[], metavar="KEY=VALUE",
+                   help="workload option (repeatable; namespace is set per copy)")
+    p.add_argument("--engine", "-e", help="engine for strategies that store their index")
+    p.add_argument("--engine-option", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--cache-bytes", default="64MiB", help="engine cache budget (default: %(default)s)")
+    p.add_argument("--durability", choices=("sync", "async", "off"), default="async")
+    p.add_argument("--work-dir", help="new or empty directory for the store and the snapshot "
+                   "(default: a temporary directory, removed afterwards)")
+    p.add_argument("-o", "--output", help="pyperf JSON output file")
+
+    p = sub.add_parser("crashtest", help="kill -9 a durable replay at random points and check "
+                       "that nothing acknowledged is lost",
+                       description="Repeatedly: a child replays a workload in durable mode and "
+                       "logs each acknowledged insert; the parent kills it (SIGKILL) at a random "
+                       "moment, recovers in a fresh process and checks that every acknowledged "
+                       "insert matches with its metadata, no match returns a block never "
+                       "inserted, and recovery did not fail.")
+    p.add_argument("--strategy", "-s", action="append", required=True,
+                   help="strategy (repeatable)")
+    p.add_argument("--engine", "-e", action="append", default=[],
+                   help="engine (repeatable; memory is volatile and refused)")
+    p.add_argument("--iterations", "-i", type=int, default=10, help="kill points per "
+                   "engine x strategy (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the first iteration")
+    p.add_argument("--workload", "-w", default="codeact")
+    p.add_argument("--workload-option", "-W", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--snapshot-every", type=int, default=50,
+                   help="the child snapshots after every N requests (default: %(default)s)")
+    p.add_argument("--max-kill-ms", type=int, default=3000,
+                   help="kill within this many ms after the child is ready (default: %(default)s)")
+
     p = sub.add_parser("hash-bench", help="chained block hashing throughput (Cython vs Python)",
                        description="Measure chained block-ID hashing in tokens/s for the "
                        "compiled path and the pure-Python reference on one core.")
@@ -205,6 +253,9 @@ def cmd_run(args, leftover, argv, quiet):
         raise ConfigError(f"option --warm-fraction: {args.warm_fraction} must be between 0 and 1")
     if args.limit is not None and args.limit < 1:
         raise ConfigError(f"option --limit: {args.limit} must be >= 1")
+    if args.csv:
+        from prefixbench.harness.export import check_export_path
+        check_export_path(args.csv)
     spec = RunSpec(
         strategy=args.strategy, engine=args.engine, workload=args.workload,
         strategy_options=parse_kv("--strategy-option", args.strategy_option),
@@ -223,6 +274,10 @@ def cmd_run(args, leftover, argv, quiet):
     if res is not None:
         from prefixbench.reports.tables import format_replay
         print(format_replay(spec, res))
+        if args.csv:
+            from prefixbench.harness.export import append_row, row
+            from prefixbench.harness.pyperf_io import git_commit
+            append_row(args.csv, row(spec, res, git_commit()))
         if args.output:
             from prefixbench.harness.pyperf_io import counts_path
             print(f"wrote {args.output} and {counts_path(args.output)}")
@@ -326,6 +381,47 @@ def cmd_sweep(args, leftover, argv, quiet):
     return 0
 
 
+def cmd_recover(args, leftover, argv, quiet):
+    from prefixbench.harness.build import parse_kv, parse_size
+    from prefixbench.harness.recovery import RecoverSpec, format_result, parse_count, run_recover
+
+    spec = RecoverSpec(
+        strategy=args.strategy, engine=args.engine,
+        entries=parse_count("--entries", args.entries), workload=args.workload,
+        workload_options=parse_kv("--workload-option", args.workload_option),
+        strategy_options=parse_kv("--strategy-option", args.strategy_option),
+        engine_options=parse_kv("--engine-option", args.engine_option),
+        cache_bytes=parse_size("--cache-bytes", args.cache_bytes), durability=args.durability,
+        work_dir=args.work_dir)
+    from prefixbench.plugins.registry import get_registry
+    cls = get_registry().get("strategy", spec.strategy).factory
+    if cls.needs_store and not spec.engine:
+        raise ConfigError(f"option --engine: strategy {spec.strategy} stores its index in an engine")
+    if not cls.needs_store:
+        spec.engine = None
+    result = run_recover(spec, output=args.output, quiet=quiet)
+    print(format_result(result))
+    if args.output:
+        from prefixbench.harness.pyperf_io import counts_path
+        print(f"wrote {args.output} and {counts_path(args.output)}")
+    return 0
+
+
+def cmd_crashtest(args, leftover, argv, quiet):
+    from prefixbench.harness.build import parse_kv
+    from prefixbench.harness.crashtest import CrashSpec, format_summary, run_crashtest
+
+    if args.iterations < 1:
+        raise ConfigError(f"option --iterations: {args.iterations} must be >= 1")
+    spec = CrashSpec(strategies=args.strategy, engines=args.engine or ["lmdb"],
+                     iterations=args.iterations, seed=args.seed, workload=args.workload,
+                     workload_options=parse_kv("--workload-option", args.workload_option),
+                     snapshot_every=args.snapshot_every, max_kill_ms=args.max_kill_ms)
+    summary = run_crashtest(spec, quiet=quiet)
+    print(format_summary(summary))
+    return 0 if all(r["failures"] == 0 for r in summary) else 3
+
+
 def cmd_hash_bench(args, leftover, argv, quiet):
     from prefixbench.harness.build import parse_size
     from prefixbench.harness.hashbench import measure, format_result
@@ -357,5 +453,5 @@ def cmd_engine_bench(args, leftover, argv, quiet):
 COMMANDS = {
     "run": cmd_run, "plugins": cmd_plugins, "workload": cmd_workload, "compare": cmd_compare,
     "demo": cmd_demo, "hash-bench": cmd_hash_bench, "engine-bench": cmd_engine_bench,
-    "sweep": cmd_sweep,
+    "sweep": cmd_sweep, "recover": cmd_recover, "crashtest": cmd_crashtest,
 }

@@ -8,6 +8,7 @@ in ``OUT.counts.json`` because compare_to's geometric mean must not mix units.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import platform
@@ -18,17 +19,19 @@ import pyperf
 
 from prefixbench.harness.replay import ReplayResult
 
-#: (benchmark name, unit, how to read it from a ReplayResult) -- times
+
+def _latency(which: str, q: float | None, res: ReplayResult) -> float:
+    return res.latency(which, q)
+
+
+#: (benchmark name, how to read it from a ReplayResult) -- times in seconds
 TIME_FIGURES = (
     ("replay-time-per-request", lambda r: 1.0 / r.throughput if r.throughput else 0.0),
-    ("match-latency-mean", lambda r: r.latency("match")),
-    ("match-latency-p50", lambda r: r.latency("match", 50)),
-    ("match-latency-p99", lambda r: r.latency("match", 99)),
-    ("match-latency-p999", lambda r: r.latency("match", 99.9)),
-    ("insert-latency-mean", lambda r: r.latency("insert")),
-    ("insert-latency-p50", lambda r: r.latency("insert", 50)),
-    ("insert-latency-p99", lambda r: r.latency("insert", 99)),
-    ("insert-latency-p999", lambda r: r.latency("insert", 99.9)),
+) + tuple(
+    (f"{which}-latency-{label}", functools.partial(_latency, which, q))
+    for which in ("match", "insert", "request")
+    for label, q in (("mean", None), ("p50", 50), ("p90", 90), ("p99", 99), ("p999", 99.9),
+                     ("max", 100))
 )
 
 #: counts and sizes

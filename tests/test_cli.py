@@ -168,3 +168,32 @@ def test_plugins_options_lists_strategy_parameters(run_cli):
     assert code == 0
     rows = [ln.split()[:3] for ln in out.splitlines()]
     assert ["sarp", "max_retrieval", "3"] in rows and ["sarp", "tau", "256"] in rows
+
+
+def test_csv_export_appends_rows(run_cli, tmp_path):
+    import csv
+    f = tmp_path / "runs.csv"
+    for strat in ("dram-blockhash", "radix"):
+        code, _, err = run_cli("--quiet", "run", "-s", strat, *SMALL, "--no-runner", "--csv", f)
+        assert code == 0, err
+    rows = list(csv.DictReader(f.open()))
+    assert [r["strategy"] for r in rows] == ["dram-blockhash", "radix"]
+    assert rows[0]["hit_rate"] == rows[1]["hit_rate"] and float(rows[0]["ops_per_s"]) > 0
+    assert rows[0]["false_hits"] == "0" and rows[0]["workload"] == "ultrachat"
+
+
+def test_csv_export_path_that_is_a_directory(run_cli, tmp_path):
+    code, _, err = run_cli("run", "-s", "radix", *SMALL, "--no-runner", "--csv", tmp_path)
+    _one_line_error(code, err, "--csv", str(tmp_path))
+
+
+def test_percentiles_published_as_their_own_benchmarks(run_cli, tmp_path):
+    out = tmp_path / "p.json"
+    code, _, err = run_cli("--quiet", "run", "-s", "radix", *SMALL, "--no-runner", "-o", out)
+    assert code == 0, err
+    import pyperf
+    suite = pyperf.BenchmarkSuite.load(str(out))
+    vals = {b.get_name(): b.mean() for b in suite.get_benchmarks()}
+    for w in ("match", "insert", "request"):
+        seq = [vals[f"{w}-latency-{q}"] for q in ("p50", "p90", "p99", "p999", "max")]
+        assert seq == sorted(seq), (w, seq)
