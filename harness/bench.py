@@ -18,7 +18,7 @@ import pyperf
 
 from prefixbench.harness import pyperf_io
 from prefixbench.harness.build import build
-from prefixbench.harness.errors import PrefixbenchError
+from prefixbench.harness.errors import ConfigError, PrefixbenchError
 from prefixbench.harness.replay import ReplayResult, replay
 from prefixbench.plugins.registry import get_registry
 
@@ -37,6 +37,9 @@ class RunSpec:
     store_dir: str | None = None
     limit: int | None = None
     warm_fraction: float = 0.5
+    threads: int = 1
+    #: use the request-thread path even for one thread (scale compares like with like)
+    threaded: bool = False
     max_queries: int = 2000
 
     def config(self) -> dict:
@@ -44,8 +47,17 @@ class RunSpec:
             "strategy_options": self.strategy_options, "workload_options": self.workload_options,
             "engine_options": self.engine_options, "cache_bytes": self.cache_bytes,
             "direct_io": self.direct_io, "durability": self.durability, "limit": self.limit,
-            "warm_fraction": self.warm_fraction,
+            "warm_fraction": self.warm_fraction, "threads": self.threads,
         }
+
+
+MAX_THREADS = 256
+
+
+def check_threads(option: str, n: int) -> int:
+    if not 1 <= n <= MAX_THREADS:
+        raise ConfigError(f"option {option}: {n} request threads; give 1 to {MAX_THREADS}")
+    return n
 
 
 class FalseHitsError(PrefixbenchError):
@@ -65,6 +77,7 @@ def replay_once(spec: RunSpec, *, quiet: bool, check: bool = True) -> ReplayResu
     try:
         desc = f"{spec.strategy}" + (f"/{spec.engine}" if built.store is not None else "")
         return replay(built.strategy, workload, limit=spec.limit, quiet=quiet, desc=desc,
+                      threads=spec.threads, threaded=spec.threaded,
                       check=check)
     finally:
         built.close()

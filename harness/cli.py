@@ -62,6 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_workload_options(p)
     _add_store_options(p)
     p.add_argument("-o", "--output", help="pyperf JSON output file")
+    p.add_argument("--threads", type=int, default=1,
+                   help="request threads sharing one index; sessions are partitioned across "
+                   "them (default: %(default)s)")
     p.add_argument("--csv", metavar="FILE", help="append one row of db_bench-style columns "
                    "to FILE (.tsv for tabs)")
     p.add_argument("--no-runner", action="store_true",
@@ -70,6 +73,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help="share of requests replayed before the warmed-match benchmark "
                    "(default: %(default)s)")
     p.add_argument("--quiet", "-q", action="store_true", dest="quiet_sub", help="no progress bars")
+
+    p = sub.add_parser("scale", help="thread scaling: throughput at 1, 2, 4, 8 request threads",
+                       description="Replay the workload at each thread count on a fresh index "
+                       "and report throughput, throughput relative to the first count, and "
+                       "match/insert latency (the SARP paper's Fig. 11).")
+    p.add_argument("--strategy", "-s", required=True, help="index strategy name")
+    p.add_argument("--strategy-option", "-S", action="append", default=[], metavar="KEY=VALUE",
+                   help="strategy parameter (repeatable)")
+    _add_workload_options(p)
+    _add_store_options(p)
+    p.add_argument("--threads", default="1,2,4,8",
+                   help="comma-separated thread counts (default: %(default)s)")
+    p.add_argument("-o", "--output", help="pyperf JSON output (times; counts go to OUT.counts.json)")
 
     p = sub.add_parser("plugins", help="list every strategy, engine and workload plugin",
                        description="List plugins with kind, name, providing package and version.")
@@ -256,8 +272,11 @@ def cmd_run(args, leftover, argv, quiet):
     if args.csv:
         from prefixbench.harness.export import check_export_path
         check_export_path(args.csv)
+    from prefixbench.harness.bench import check_threads
+    check_threads("--threads", args.threads)
     spec = RunSpec(
         strategy=args.strategy, engine=args.engine, workload=args.workload,
+        threads=args.threads,
         strategy_options=parse_kv("--strategy-option", args.strategy_option),
         workload_options=parse_kv("--workload-option", args.workload_option),
         engine_options=parse_kv("--engine-option", args.engine_option),
@@ -281,6 +300,39 @@ def cmd_run(args, leftover, argv, quiet):
         if args.output:
             from prefixbench.harness.pyperf_io import counts_path
             print(f"wrote {args.output} and {counts_path(args.output)}")
+    return 0
+
+
+def cmd_scale(args, leftover, argv, quiet):
+    from prefixbench.harness import pyperf_io, scaling
+    from prefixbench.harness.bench import RunSpec
+    from prefixbench.harness.build import parse_kv, parse_size
+
+    counts = scaling.parse_thread_list(args.threads)
+    if args.limit is not None and args.limit < 1:
+        raise ConfigError(f"option --limit: {args.limit} must be >= 1")
+    if args.store_dir:
+        raise ConfigError("option --store-dir: scale builds a fresh store per thread count; "
+                          "leave it out")
+    spec = RunSpec(
+        strategy=args.strategy, engine=args.engine, workload=args.workload,
+        strategy_options=parse_kv("--strategy-option", args.strategy_option),
+        workload_options=parse_kv("--workload-option", args.workload_option),
+        engine_options=parse_kv("--engine-option", args.engine_option),
+        cache_bytes=parse_size("--cache-bytes", args.cache_bytes), direct_io=args.direct_io,
+        durability=args.durability, limit=args.limit)
+    rows = scaling.scale(spec, counts, quiet)
+    print(scaling.format_scale(rows))
+    if args.output:
+        md = pyperf_io.run_metadata(spec.strategy, spec.engine, spec.workload, spec.config())
+        times, cnts = scaling.scale_suites(rows, md)
+        pyperf_io.write_suite(args.output, times)
+        pyperf_io.write_suite(pyperf_io.counts_path(args.output), cnts)
+        print(f"wrote {args.output} and {pyperf_io.counts_path(args.output)}")
+    bad = sum(r.false_hits for _, r in rows)
+    if bad:
+        from prefixbench.harness.bench import FalseHitsError
+        raise FalseHitsError(f"{spec.strategy}: {bad} false hits under threads")
     return 0
 
 
@@ -451,7 +503,7 @@ def cmd_engine_bench(args, leftover, argv, quiet):
 
 
 COMMANDS = {
-    "run": cmd_run, "plugins": cmd_plugins, "workload": cmd_workload, "compare": cmd_compare,
+    "run": cmd_run, "scale": cmd_scale, "plugins": cmd_plugins, "workload": cmd_workload, "compare": cmd_compare,
     "demo": cmd_demo, "hash-bench": cmd_hash_bench, "engine-bench": cmd_engine_bench,
     "sweep": cmd_sweep, "recover": cmd_recover, "crashtest": cmd_crashtest,
 }

@@ -39,6 +39,8 @@ class ReplayResult:
     store_stats: dict = field(default_factory=dict)
     store_bytes: int = 0
     gc_mode: str = ""
+    threads: int = 1
+    timed_wall_seconds: float = 0.0   # threaded runs: first start to last finish
 
     # ---- derived figures ----------------------------------------------
     @property
@@ -62,7 +64,10 @@ class ReplayResult:
 
     @property
     def throughput(self) -> float:
-        """Requests per second of strategy time (match + insert)."""
+        """Requests per second: of strategy time (match + insert) with one thread,
+        of wall time from the first request to the last with several."""
+        if self.timed_wall_seconds:
+            return self.requests / self.timed_wall_seconds
         return self.requests / self.busy_seconds if self.busy_seconds else 0.0
 
     @property
@@ -106,8 +111,15 @@ class ReplayResult:
 
 def replay(strategy: IndexStrategy, workload: Workload, *, oracle: IndexStrategy | None = None,
            limit: int | None = None, quiet: bool = True, desc: str = "replay",
-           freeze_gc: bool = True, check: bool = True) -> ReplayResult:
-    """Replay ``workload`` through ``strategy`` (and the shadow ``oracle``)."""
+           freeze_gc: bool = True, check: bool = True, threads: int = 1,
+           threaded: bool = False) -> ReplayResult:
+    """Replay ``workload`` through ``strategy`` (and the shadow ``oracle``).
+
+    ``threads > 1`` (or ``threaded``) runs request threads; see :func:`replay_threaded`.
+    """
+    if threads > 1 or threaded:
+        return replay_threaded(strategy, workload, threads=threads, limit=limit, quiet=quiet,
+                               desc=desc, freeze_gc=freeze_gc, check=check)
     if oracle is None and check:
         from prefixbench.plugins.radix import RadixStrategy
         oracle = RadixStrategy(meta_size=strategy.meta_size)
@@ -191,3 +203,118 @@ def _restore_gc(freeze: bool) -> None:
     if freeze:
         gc.enable()
         gc.unfreeze()
+
+
+def replay_threaded(strategy: IndexStrategy, workload: Workload, *, threads: int,
+                    limit: int | None = None, quiet: bool = True, desc: str = "replay",
+                    freeze_gc: bool = True, check: bool = True) -> ReplayResult:
+    """N request threads against one shared index.
+
+    Sessions are partitioned across threads (session ``s`` goes to thread
+    ``s % N``) and each thread keeps the round-robin order of its sessions.
+    Which thread first inserts a shared block depends on scheduling, so block
+    metadata here is derived from the block ID alone (request number 0) and
+    the checks run after the timed window against an oracle that replayed
+    every request in workload order: a returned block must be one the oracle
+    holds for that query, with the same metadata (no false hits), and the
+    hit rate is compared with the oracle's sequential replay.
+    """
+    import threading
+
+    from prefixbench.plugins.radix import RadixStrategy
+
+    reqs = []
+    for req in workload.requests():
+        if limit is not None and len(reqs) >= limit:
+            break
+        reqs.append(req)
+    total = len(reqs)
+    parts = [[i for i, r in enumerate(reqs) if r.session % threads == t] for t in range(threads)]
+    meta_size = strategy.meta_size
+    insert_metas = [make_metas(r.insert_ids, 0, meta_size) for r in reqs]
+    match_ns = np.zeros(total, dtype=np.int64)
+    insert_ns = np.zeros(total, dtype=np.int64)
+    got: list = [None] * total
+    store = strategy.store
+    reads0 = store._stats.reads if store is not None else 0
+    clock = time.perf_counter_ns
+    starts = np.zeros(threads, dtype=np.int64)
+    ends = np.zeros(threads, dtype=np.int64)
+    barrier = threading.Barrier(threads)
+    errors: list = []
+    bar = progress(total, desc, quiet)
+
+    def worker(t: int) -> None:
+        try:
+            barrier.wait()
+            starts[t] = clock()
+            done = 0
+            for i in parts[t]:
+                r = reqs[i]
+                t0 = clock()
+                m = strategy.match(r.match_ids)
+                t1 = clock()
+                strategy.insert(r.insert_ids, insert_metas[i])
+                t2 = clock()
+                match_ns[i] = t1 - t0
+                insert_ns[i] = t2 - t1
+                got[i] = m
+                done += 1
+                if done % 64 == 0:
+                    bar.update(64)
+            bar.update(done % 64)
+            ends[t] = clock()
+        except BaseException as e:  # re-raised in the caller's thread
+            errors.append(e)
+            barrier.abort()
+
+    res = ReplayResult(threads=threads)
+    res.gc_mode = _quiet_gc(freeze_gc)
+    t_wall = time.perf_counter()
+    try:
+        pool = [threading.Thread(target=worker, args=(t,), name=f"request-{t}")
+                for t in range(threads)]
+        for th in pool:
+            th.start()
+        for th in pool:
+            th.join()
+    finally:
+        bar.close()
+        _restore_gc(freeze_gc)
+    if errors:
+        raise errors[0]
+    res.wall_seconds = time.perf_counter() - t_wall
+    res.timed_wall_seconds = float(ends.max() - starts.min()) / 1e9
+    res.requests = total
+    res.match_ns, res.insert_ns = match_ns, insert_ns
+    if store is not None:
+        res.store_reads_in_match = store._stats.reads - reads0   # match and insert reads
+    block_size = workload.block_size
+    oracle = RadixStrategy(meta_size=meta_size) if check else None
+    for i, r in enumerate(reqs):
+        m = got[i]
+        res.hit_blocks += m.n_blocks
+        res.hit_tokens += min(m.n_blocks * block_size, r.prompt_tokens)
+        res.prompt_tokens += r.prompt_tokens
+        if oracle is not None:
+            om = oracle.match(r.match_ids)   # sequential order: the reference hit rate
+            res.oracle_hit_tokens += min(om.n_blocks * block_size, r.prompt_tokens)
+            oracle.insert(r.insert_ids, insert_metas[i])
+    if oracle is not None:
+        for i, r in enumerate(reqs):     # every returned block must exist, same metadata
+            m = got[i]
+            om = oracle.match(r.match_ids)
+            if m.n_blocks > om.n_blocks:
+                res.false_hits += m.n_blocks - om.n_blocks
+            k = min(m.n_blocks, om.n_blocks)
+            if k and not np.array_equal(m.metas[:k], om.metas[:k]):
+                res.false_hits += int((m.metas[:k] != om.metas[:k]).any(axis=1).sum())
+            elif m.n_blocks < om.n_blocks:
+                res.short_matches += 1
+    else:
+        res.oracle_hit_tokens = res.hit_tokens
+    res.strategy_stats = strategy.stats()
+    if store is not None:
+        res.store_stats = store.stats().as_dict()
+        res.store_bytes = store.size_on_disk()
+    return res
