@@ -11,6 +11,7 @@ reads and writes the same way.
 from __future__ import annotations
 
 import abc
+import fnmatch
 import os
 import struct
 from dataclasses import dataclass, field, fields
@@ -209,8 +210,42 @@ class SegmentStore(abc.ABC):
         self._stats.syncs += 1
 
     def size_on_disk(self) -> int:
-        """Bytes the store occupies on disk (allocated blocks), 0 if in memory."""
+        """Bytes the store's data occupies on disk (allocated blocks), 0 if in memory."""
         return self._size_on_disk()
+
+    #: glob patterns of files in the store directory that are the engine's
+    #: write-ahead/journal logs rather than data (counted apart by disk_usage)
+    log_file_patterns: tuple = ()
+
+    def disk_usage(self) -> dict:
+        """``{"data_bytes", "log_bytes"}``: allocated blocks, the engine's logs apart.
+
+        Files matching :attr:`log_file_patterns` are logs; everything else in
+        the store directory is data.  Engines without log patterns report
+        :meth:`size_on_disk` as data.
+        """
+        path = getattr(self, "path", None) or self.config.path
+        if not (path and self.log_file_patterns and os.path.isdir(path)):
+            return {"data_bytes": self.size_on_disk(), "log_bytes": 0}
+        data = log = 0
+        for root, _dirs, files in os.walk(path):
+            for name in files:
+                try:
+                    size = os.stat(os.path.join(root, name)).st_blocks * 512
+                except FileNotFoundError:
+                    continue
+                if any(fnmatch.fnmatch(name, pat) for pat in self.log_file_patterns):
+                    log += size
+                else:
+                    data += size
+        return {"data_bytes": data, "log_bytes": log}
+
+    def logical_bytes(self) -> int:
+        """Bytes the index asked to keep: 8-byte keys plus values, live items only.
+
+        Found by an ordered scan, so it costs a pass over the store.
+        """
+        return sum(8 + len(v) for _k, v in self._scan(0, None))
 
     def stats(self) -> StoreStats:
         return self._stats

@@ -129,6 +129,8 @@ class RocksDBStore(SegmentStore):
         else:
             self._db.flush_wal(True)
 
+    log_file_patterns = ("*.log",)   # the WAL; LOG and LOG.old are info logs, kept as data
+
     def _size_on_disk(self):
         return allocated_bytes(self.path)
 

@@ -239,6 +239,8 @@ class WiredTigerStore(SegmentStore):
         session, _ = self._state()
         session.checkpoint()
 
+    log_file_patterns = tuple(p + "*" for p in _LOG_PREFIXES)
+
     def _size_on_disk(self):
         total = 0
         for name in os.listdir(self.path):

@@ -43,6 +43,9 @@ COUNT_FIGURES = (
     ("token-hit-rate-ppm", "integer", lambda r: round(r.hit_rate * 1e6)),
     ("store-reads-per-match", "integer", lambda r: r.reads_per_match),
     ("store-bytes", "byte", lambda r: r.store_bytes),
+    ("store-log-bytes", "byte", lambda r: r.store_log_bytes),
+    ("store-logical-bytes", "byte", lambda r: r.logical_bytes),
+    ("space-amplification", "integer", lambda r: r.space_amplification),
 )
 
 

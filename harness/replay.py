@@ -37,7 +37,9 @@ class ReplayResult:
     wall_seconds: float = 0.0
     strategy_stats: dict = field(default_factory=dict)
     store_stats: dict = field(default_factory=dict)
-    store_bytes: int = 0
+    store_bytes: int = 0              # data on disk (allocated blocks), engine logs excluded
+    store_log_bytes: int = 0          # the engine's write-ahead/journal logs on disk
+    logical_bytes: int = 0            # live keys + values the index asked the store to keep
     gc_mode: str = ""
     threads: int = 1
     timed_wall_seconds: float = 0.0   # threaded runs: first start to last finish
@@ -69,6 +71,11 @@ class ReplayResult:
         if self.timed_wall_seconds:
             return self.requests / self.timed_wall_seconds
         return self.requests / self.busy_seconds if self.busy_seconds else 0.0
+
+    @property
+    def space_amplification(self) -> float:
+        """Data bytes on disk per logical byte stored (0 when nothing is on disk)."""
+        return self.store_bytes / self.logical_bytes if self.logical_bytes else 0.0
 
     @property
     def reads_per_match(self) -> float:
@@ -182,10 +189,7 @@ def replay(strategy: IndexStrategy, workload: Workload, *, oracle: IndexStrategy
     res.insert_ns = insert_ns[:i]
     if not check:
         res.oracle_hit_tokens = res.hit_tokens
-    res.strategy_stats = strategy.stats()
-    if store is not None:
-        res.store_stats = store.stats().as_dict()
-        res.store_bytes = store.size_on_disk()
+    _collect_end_state(res, strategy)
     return res
 
 
@@ -313,8 +317,21 @@ def replay_threaded(strategy: IndexStrategy, workload: Workload, *, threads: int
                 res.short_matches += 1
     else:
         res.oracle_hit_tokens = res.hit_tokens
-    res.strategy_stats = strategy.stats()
-    if store is not None:
-        res.store_stats = store.stats().as_dict()
-        res.store_bytes = store.size_on_disk()
+    _collect_end_state(res, strategy)
     return res
+
+
+def _collect_end_state(res: ReplayResult, strategy: IndexStrategy) -> None:
+    """Strategy counters and the store's size after the timed replay."""
+    drain = getattr(strategy, "drain", None)
+    if callable(drain):       # background back-fill (SARP) finishes before sizes are read
+        drain()
+    res.strategy_stats = strategy.stats()
+    store = strategy.store
+    if store is not None:
+        store.sync()
+        res.store_stats = store.stats().as_dict()
+        usage = store.disk_usage()
+        res.store_bytes = usage["data_bytes"]
+        res.store_log_bytes = usage["log_bytes"]
+        res.logical_bytes = store.logical_bytes()

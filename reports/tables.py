@@ -44,7 +44,10 @@ def format_replay(spec, res) -> str:
                            f"loss {res.hit_rate_loss:.4%} of oracle hits)"),
         ("false hits", str(res.false_hits)),
         ("store reads per match", f"{res.reads_per_match:.2f}"),
-        ("store bytes on disk", fmt_bytes(res.store_bytes)),
+        ("store bytes on disk (data / engine log)",
+         f"{fmt_bytes(res.store_bytes)} / {fmt_bytes(res.store_log_bytes)}"),
+        ("logical bytes stored / space amplification",
+         f"{fmt_bytes(res.logical_bytes)} / {res.space_amplification:.2f}x"),
         ("index memory", fmt_bytes(res.strategy_stats.get("memory_bytes", 0))),
         ("gc", res.gc_mode),
     ]

@@ -197,3 +197,21 @@ def test_percentiles_published_as_their_own_benchmarks(run_cli, tmp_path):
     for w in ("match", "insert", "request"):
         seq = [vals[f"{w}-latency-{q}"] for q in ("p50", "p90", "p99", "p999", "max")]
         assert seq == sorted(seq), (w, seq)
+
+
+@pytest.mark.parametrize("engine", ["lmdb", "rocksdb"])
+def test_space_amplification_is_reported(run_cli, tmp_path, engine):
+    """ssd-blockhash keeps 8-byte keys and 16-byte records: logical bytes are exact."""
+    out = tmp_path / "s.json"
+    code, stdout, err = run_cli("--quiet", "run", "-s", "ssd-blockhash", "-e", engine, *SMALL,
+                                "--no-runner", "-o", out)
+    assert code == 0, err
+    import pyperf
+    counts = pyperf.BenchmarkSuite.load(str(tmp_path / "s.counts.json"))
+    entries = counts.get_benchmark("index-entries").mean()
+    logical = counts.get_benchmark("store-logical-bytes").mean()
+    data = counts.get_benchmark("store-bytes").mean()
+    assert logical == entries * 24
+    amp = counts.get_benchmark("space-amplification").mean()
+    assert amp == pytest.approx(data / logical)
+    assert "space amplification" in stdout
