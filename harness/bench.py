@@ -40,6 +40,8 @@ class RunSpec:
     threads: int = 1
     #: use the request-thread path even for one thread (scale compares like with like)
     threaded: bool = False
+    #: seconds between status updates on the progress bar (0 = none)
+    status_every: float = 0.0
     max_queries: int = 2000
 
     def config(self) -> dict:
@@ -78,6 +80,7 @@ def replay_once(spec: RunSpec, *, quiet: bool, check: bool = True) -> ReplayResu
         desc = f"{spec.strategy}" + (f"/{spec.engine}" if built.store is not None else "")
         return replay(built.strategy, workload, limit=spec.limit, quiet=quiet, desc=desc,
                       threads=spec.threads, threaded=spec.threaded,
+                      status_every=spec.status_every,
                       check=check)
     finally:
         built.close()

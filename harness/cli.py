@@ -65,6 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=1,
                    help="request threads sharing one index; sessions are partitioned across "
                    "them (default: %(default)s)")
+    p.add_argument("--status", type=float, default=0.0, metavar="SECONDS",
+                   help="every SECONDS, show match p99 and false hits so far on the progress bar")
     p.add_argument("--csv", metavar="FILE", help="append one row of db_bench-style columns "
                    "to FILE (.tsv for tabs)")
     p.add_argument("--no-runner", action="store_true",
@@ -226,6 +228,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--cache-bytes", default="64MiB")
     p.add_argument("--direct-io", action="store_true")
+
+    p = sub.add_parser("payload", help="payload-restore (Range): one payload restored as N "
+                       "objects per path, page cache bypassed or dropped",
+                       description="Write a fixed payload once per path (one file per object, "
+                       "one value per object in each key-value engine, packfile stripes, and a "
+                       "plain O_DIRECT sequential read as the device baseline), restore it R "
+                       "times per object count, verify every byte by hash, and report time, "
+                       "native read calls, bytes read and host time per object.")
+    p.add_argument("--payload", default="1GiB", help="payload bytes (default: %(default)s)")
+    p.add_argument("--objects", default="32,128,512,1024",
+                   help="comma-separated object counts (default: %(default)s)")
+    p.add_argument("--paths", default="seq,files,lmdb,rocksdb,packfile,stripes",
+                   help="comma-separated: seq, files, stripes, or engine names "
+                   "(default: %(default)s)")
+    p.add_argument("--restores", type=int, default=3, help="restores per path and count")
+    p.add_argument("--stripe", default="32MiB", help="packfile stripe bytes (default: %(default)s)")
+    p.add_argument("--pack-bytes", default="1GiB", help="packfile pack size (default: %(default)s)")
+    p.add_argument("--hit", help="partial-hit endpoint in bytes (default: the whole payload)")
+    p.add_argument("--cache", choices=("direct", "drop"), default="direct",
+                   help="bypass the page cache with O_DIRECT where a path can, else drop it")
+    p.add_argument("--work-dir", help="new or empty directory (default: a temporary one under "
+                   "the current directory, removed afterwards)")
+    p.add_argument("--json", help="write every restore and the summary as JSON here")
     return parser
 
 
@@ -274,9 +299,11 @@ def cmd_run(args, leftover, argv, quiet):
         check_export_path(args.csv)
     from prefixbench.harness.bench import check_threads
     check_threads("--threads", args.threads)
+    if args.status < 0:
+        raise ConfigError(f"option --status: {args.status} must be >= 0 seconds")
     spec = RunSpec(
         strategy=args.strategy, engine=args.engine, workload=args.workload,
-        threads=args.threads,
+        threads=args.threads, status_every=args.status,
         strategy_options=parse_kv("--strategy-option", args.strategy_option),
         workload_options=parse_kv("--workload-option", args.workload_option),
         engine_options=parse_kv("--engine-option", args.engine_option),
@@ -502,8 +529,48 @@ def cmd_engine_bench(args, leftover, argv, quiet):
     return 0
 
 
+def cmd_payload(args, leftover, argv, quiet):
+    from prefixbench.harness.units import parse_size
+    from prefixbench.reports.tables import format_table
+    from prefixbench.workloads.payload import rows_as_dicts, run_payload, summarize
+
+    try:
+        objects = [int(x) for x in args.objects.split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(f"option --objects: {args.objects!r} is not a list of integers") from None
+    paths = [x.strip() for x in args.paths.split(",") if x.strip()]
+    from prefixbench.harness.progress import progress
+    total = len(objects) * len(paths) * args.restores
+    with progress(total, "restores", quiet, unit="restore") as bar:
+        rows = run_payload(parse_size("--payload", args.payload), objects, paths, args.restores,
+                           parse_size("--stripe", args.stripe),
+                           parse_size("--hit", args.hit) if args.hit else None, args.cache,
+                           parse_size("--pack-bytes", args.pack_bytes), args.work_dir,
+                           progress=lambda r: bar.update(1))
+    summ = summarize(rows)
+    table = []
+    for p in paths:
+        for n in objects:
+            rs = [r for r in rows if r.path == p and r.objects == n]
+            t = summ["median_seconds"][p][n]
+            table.append((p, n, f"{t:.4f}", f"{summ['gib_per_s'][p][n]:.2f}",
+                          int(summ["read_calls"][p][n]), rs[0].bytes_read,
+                          f"{t / n * 1e6:.1f}", rs[0].cache))
+    print(format_table(("path", "objects", "median s", "GiB/s", "read calls", "bytes read",
+                        "us/object", "cache"), table))
+    if "stripes_spread" in summ:
+        print(f"stripes: spread across object counts {summ['stripes_spread'] * 100:.1f}%")
+    if "stripes_vs_seq" in summ:
+        print(f"stripes: {summ['stripes_vs_seq']:.2f} of the sequential O_DIRECT read bandwidth")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"restores": rows_as_dicts(rows), "summary": summ}, fh, indent=1)
+    return 0
+
+
 COMMANDS = {
     "run": cmd_run, "scale": cmd_scale, "plugins": cmd_plugins, "workload": cmd_workload, "compare": cmd_compare,
     "demo": cmd_demo, "hash-bench": cmd_hash_bench, "engine-bench": cmd_engine_bench,
     "sweep": cmd_sweep, "recover": cmd_recover, "crashtest": cmd_crashtest,
+    "payload": cmd_payload,
 }

@@ -119,10 +119,13 @@ class ReplayResult:
 def replay(strategy: IndexStrategy, workload: Workload, *, oracle: IndexStrategy | None = None,
            limit: int | None = None, quiet: bool = True, desc: str = "replay",
            freeze_gc: bool = True, check: bool = True, threads: int = 1,
-           threaded: bool = False) -> ReplayResult:
+           threaded: bool = False, status_every: float = 0.0) -> ReplayResult:
     """Replay ``workload`` through ``strategy`` (and the shadow ``oracle``).
 
     ``threads > 1`` (or ``threaded``) runs request threads; see :func:`replay_threaded`.
+    ``status_every`` seconds (0 = never) adds match p99 and the false hits so far
+    to the progress bar, computed from the buffered latencies outside the
+    timed calls (a status line in the spirit of YCSB's ``-s``).
     """
     if threads > 1 or threaded:
         return replay_threaded(strategy, workload, threads=threads, limit=limit, quiet=quiet,
@@ -142,6 +145,7 @@ def replay(strategy: IndexStrategy, workload: Workload, *, oracle: IndexStrategy
     res.gc_mode = _quiet_gc(freeze_gc)
     t_wall = time.perf_counter()
     bar = progress(total, desc, quiet)
+    next_status = t_wall + status_every
     i = 0
     try:
         for req in workload.requests():
@@ -180,6 +184,10 @@ def replay(strategy: IndexStrategy, workload: Workload, *, oracle: IndexStrategy
             insert_ns[i] = t3 - t2
             i += 1
             bar.update(1)
+            if status_every and (i & 255) == 0 and time.perf_counter() >= next_status:
+                next_status = time.perf_counter() + status_every
+                p99 = np.percentile(match_ns[:i], 99) / 1e3
+                bar.set_postfix_str(f"match p99 {p99:.1f}us, false hits {res.false_hits}")
     finally:
         bar.close()
         _restore_gc(freeze_gc)

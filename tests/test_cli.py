@@ -84,6 +84,7 @@ def test_unknown_plugin_names(run_cli):
     (["-S", "nosuch=1"], "nosuch"),
     (["-S", "noequals"], "--strategy-option"),
     (["-W", "sessions=-3"], "sessions"),
+    (["--status", "-1"], "--status"),
 ])
 def test_out_of_range_options(run_cli, args, needle):
     code, _, err = run_cli("run", "-s", "dram-blockhash", *SMALL, "--no-runner", *args)
@@ -215,3 +216,11 @@ def test_space_amplification_is_reported(run_cli, tmp_path, engine):
     amp = counts.get_benchmark("space-amplification").mean()
     assert amp == pytest.approx(data / logical)
     assert "space amplification" in stdout
+
+
+def test_status_line_shows_p99_so_far(tmp_path):
+    """--status puts match p99 and false hits on the progress bar while running."""
+    p = _run_subprocess(["run", "-s", "radix", "-w", "ultrachat", "-W", "sessions=300",
+                         "--no-runner", "--status", "0.000001"], tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "match p99" in p.stderr and "false hits 0" in p.stderr
