@@ -26,3 +26,8 @@ def prefixbench_register_engines(register):
 @hookspec
 def prefixbench_register_workloads(register):
     """Register workloads: ``register(name, factory)``, factory(**options) -> Workload."""
+
+
+@hookspec
+def prefixbench_register_tokenizers(register):
+    """Register tokenizers: ``register(name, factory)``, factory(**options) -> Tokenizer."""

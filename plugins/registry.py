@@ -17,7 +17,7 @@ from prefixbench.harness.errors import DuplicatePluginError, UnknownPluginError
 from prefixbench.plugins import hookspecs
 
 ENTRY_POINT_GROUP = "prefixbench"
-KINDS = ("strategy", "engine", "workload")
+KINDS = ("strategy", "engine", "workload", "tokenizer")
 
 #: built-in plugins, registered by module like any third-party plugin
 BUILTIN_PLUGINS = (
@@ -32,6 +32,8 @@ BUILTIN_PLUGINS = (
     "prefixbench.engines.wiredtiger",
     "prefixbench.workloads.synthetic",
     "prefixbench.workloads.mooncake",
+    "prefixbench.workloads.text",
+    "prefixbench.workloads.tokenizers",
 )
 
 T = TypeVar("T")
@@ -92,6 +94,7 @@ class Registry:
             "strategy": self.pm.hook.prefixbench_register_strategies,
             "engine": self.pm.hook.prefixbench_register_engines,
             "workload": self.pm.hook.prefixbench_register_workloads,
+            "tokenizer": self.pm.hook.prefixbench_register_tokenizers,
         }
         own_version = _own_version()
         for kind, hook in hooks.items():
