@@ -30,6 +30,7 @@ BUILTIN_PLUGINS = (
     "prefixbench.engines.lmdb",
     "prefixbench.engines.rocksdb",
     "prefixbench.engines.wiredtiger",
+    "prefixbench.engines.packfile",
     "prefixbench.workloads.synthetic",
     "prefixbench.workloads.mooncake",
     "prefixbench.workloads.text",

@@ -1,0 +1,120 @@
+"""payload-restore: every path restores verified bytes; stripes issue reads per stripe."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from prefixbench.harness.errors import ConfigError
+from prefixbench.workloads import payload as pl
+
+MiB = 1 << 20
+
+
+def _run(tmp_path, **kw):
+    args = dict(payload_bytes=8 * MiB, objects=(4, 32), restores=2, stripe=MiB,
+                pack_bytes=16 * MiB, work_dir=str(tmp_path / "w"))
+    args.update(kw)
+    return pl.run_payload(**args)
+
+
+def test_every_path_restores_every_byte_and_cleans_up(tmp_path):
+    rows = _run(tmp_path)
+    paths = {r.path for r in rows}
+    assert paths == set(pl.DEFAULT_PATHS)
+    assert len(rows) == len(paths) * 2 * 2
+    assert all(r.verified and r.restored_bytes == 8 * MiB for r in rows)
+    assert os.listdir(tmp_path / "w") == []          # each path's data removed afterwards
+
+
+def test_stripe_reads_do_not_depend_on_the_object_count(tmp_path):
+    """8 MiB in 1 MiB stripes: 8 native reads at 4 and at 32 objects; files pay per object."""
+    rows = _run(tmp_path, paths=("stripes", "files"))
+    calls = {(r.path, r.objects): r.read_calls for r in rows}
+    assert calls["stripes", 4] == calls["stripes", 32] == 8
+    assert calls["files", 4] == 4 and calls["files", 32] == 32
+    direct = [r for r in rows if r.cache == "direct"]
+    assert direct and all(r.bytes_read >= r.restored_bytes for r in direct)
+
+
+def test_partial_hit_clips_the_restore(tmp_path):
+    """A 5.5 MiB hit: 32 objects of 256 KiB -> 22 objects; the stripe path reads 6 stripes."""
+    rows = _run(tmp_path, objects=(32,), hit_bytes=5 * MiB + MiB // 2,
+                paths=("stripes", "files", "lmdb"))
+    for r in rows:
+        assert r.restored_bytes == 22 * (256 << 10) and r.verified
+    assert {r.read_calls for r in rows if r.path == "stripes"} == {6}
+    assert {r.read_calls for r in rows if r.path == "files"} == {22}
+
+
+def test_summary_figures(tmp_path):
+    rows = _run(tmp_path, paths=("seq", "stripes"), restores=1)
+    s = pl.summarize(rows)
+    assert set(s["median_seconds"]) == {"seq", "stripes"}
+    assert s["stripes_spread"] >= 0 and s["stripes_vs_seq"] > 0
+
+
+@pytest.mark.parametrize("kw, option", [
+    (dict(objects=(3,)), "objects"),
+    (dict(stripe=1000), "stripe"),
+    (dict(hit_bytes=0), "hit"),
+    (dict(cache_mode="warm"), "cache"),
+    (dict(pack_bytes=MiB), "pack_bytes"),
+])
+def test_bad_options_are_one_line(tmp_path, kw, option):
+    with pytest.raises(ConfigError, match=option) as ei:
+        _run(tmp_path, **kw)
+    assert "\n" not in str(ei.value)
+
+
+def test_work_dir_with_files_is_refused(tmp_path):
+    d = tmp_path / "w"
+    d.mkdir()
+    (d / "keep").write_text("x")
+    with pytest.raises(ConfigError, match=str(d)):
+        _run(tmp_path)
+    assert os.listdir(d) == ["keep"]
+
+
+def test_payload_command(tmp_path):
+    out = tmp_path / "rows.json"
+    proc = subprocess.run([sys.executable, "-m", "prefixbench", "--quiet", "payload",
+                           "--payload", "4MiB",
+                           "--objects", "4,16", "--restores", "1", "--stripe", "1MiB",
+                           "--pack-bytes", "8MiB", "--paths", "seq,files,stripes",
+                           "--work-dir", str(tmp_path / "w"), "--json", str(out)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "stripes" in proc.stdout and "files" in proc.stdout
+    import json
+    doc = json.loads(out.read_text())
+    assert len(doc["restores"]) == 6 and all(r["verified"] for r in doc["restores"])
+
+
+def test_object_counts_that_do_not_divide_each_other(tmp_path):
+    """12 and 16 objects of a 3 MiB payload: token size adapts, every restore verifies."""
+    rows = _run(tmp_path, payload_bytes=3 * MiB, objects=(12, 16), paths=("stripes", "files"),
+                restores=1, hit_bytes=2 * MiB)
+    assert all(r.verified for r in rows)
+    assert {r.restored_bytes for r in rows if r.objects == 12} == {2 * MiB}
+
+
+def test_unknown_path_is_named_before_any_work(tmp_path):
+    from prefixbench.harness.errors import UnknownPluginError
+    with pytest.raises(UnknownPluginError, match="nosuchengine"):
+        _run(tmp_path, paths=("files", "nosuchengine"))
+    assert not (tmp_path / "w").exists()
+
+
+def test_a_failing_path_leaves_no_files(tmp_path, monkeypatch):
+    """A path that fails while writing: the error reaches the caller, its files do not stay."""
+    from prefixbench.harness.errors import StoreError
+
+    def broken_write(self, payload, n):
+        open(os.path.join(self.root, "partial"), "wb").close()
+        raise StoreError("disk full")
+
+    monkeypatch.setattr(pl._FilesPath, "write", broken_write)
+    with pytest.raises(StoreError, match="disk full"):
+        _run(tmp_path, paths=("stripes", "files"))
+    assert os.listdir(tmp_path / "w") == []
