@@ -213,6 +213,12 @@ class SegmentStore(abc.ABC):
         """Bytes the store's data occupies on disk (allocated blocks), 0 if in memory."""
         return self._size_on_disk()
 
+    def flush(self) -> None:
+        """Move buffered writes (memtables) into data files, so that sizes
+        measured afterwards show the data where it will live.  Defaults to
+        :meth:`sync`; engines with a write buffer override it."""
+        self.sync()
+
     #: glob patterns of files in the store directory that are the engine's
     #: write-ahead/journal logs rather than data (counted apart by disk_usage)
     log_file_patterns: tuple = ()

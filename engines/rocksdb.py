@@ -129,6 +129,9 @@ class RocksDBStore(SegmentStore):
         else:
             self._db.flush_wal(True)
 
+    def flush(self):
+        self._db.flush(True)        # memtables -> SST files, waiting for the flush
+
     log_file_patterns = ("*.log",)   # the WAL; LOG and LOG.old are info logs, kept as data
 
     def _size_on_disk(self):

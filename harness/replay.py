@@ -337,7 +337,7 @@ def _collect_end_state(res: ReplayResult, strategy: IndexStrategy) -> None:
     res.strategy_stats = strategy.stats()
     store = strategy.store
     if store is not None:
-        store.sync()
+        store.flush()
         res.store_stats = store.stats().as_dict()
         usage = store.disk_usage()
         res.store_bytes = usage["data_bytes"]
