@@ -311,6 +311,41 @@ cdef class BlockHashTable:
         if r != 0:
             raise MemoryError(f"block-hash table: cannot reserve {entries} entries")
 
+    def export(self):
+        """Every entry as ``(keys uint64[count], metas uint8[count, meta_size])`` (snapshots).
+
+        One C pass over the slot arrays under the read lock; no per-entry Python.
+        """
+        cdef cnp.npy_intp dims[2]
+        cdef uint64_t i, c = 0, n
+        cdef Py_ssize_t ms = self.meta_size
+        cdef cnp.ndarray ko, mo
+        cdef uint64_t* kp
+        cdef uint8_t* mp
+        with nogil:
+            pbh_rdlock(&self.lock)
+        try:
+            n = self.count
+            dims[0] = <cnp.npy_intp>n
+            dims[1] = ms
+            ko = cnp.PyArray_EMPTY(1, dims, cnp.NPY_UINT64, 0)
+            mo = cnp.PyArray_EMPTY(2, dims, cnp.NPY_UINT8, 0)
+            kp = <uint64_t*>cnp.PyArray_DATA(ko)
+            mp = <uint8_t*>cnp.PyArray_DATA(mo)
+            with nogil:
+                if self.has_zero:
+                    kp[0] = 0
+                    memcpy(mp, self.zero_meta, ms)
+                    c = 1
+                for i in range(self.cap):
+                    if self.keys[i] != 0:
+                        kp[c] = self.keys[i]
+                        memcpy(mp + c * ms, self.metas + i * ms, ms)
+                        c += 1
+        finally:
+            pbh_unlock(&self.lock)
+        return ko, mo
+
     def __len__(self):
         return self.count
 

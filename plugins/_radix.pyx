@@ -385,6 +385,63 @@ cdef class RadixTree:
         if r == -2:
             raise OverflowError("radix tree: more than 2**32 - 16 nodes")
 
+    def export(self):
+        """The raw arrays (snapshots): a dict of NumPy copies of the node table, both
+        pools and the child table, plus the scalar fields; :meth:`restore` is its inverse."""
+        pb_rdlock(&self.lock)
+        try:
+            nodes = np.empty(self.n_nodes * sizeof(Node), dtype=np.uint8)
+            keys = np.empty(self.n_pool, dtype=np.uint64)
+            metas = np.empty((self.n_pool, self.meta_size), dtype=np.uint8)
+            slots = np.empty(self.n_slots * sizeof(Slot), dtype=np.uint8)
+            if self.n_nodes:
+                memcpy(cnp.PyArray_DATA(nodes), self.nodes, self.n_nodes * sizeof(Node))
+            if self.n_pool:
+                memcpy(cnp.PyArray_DATA(keys), self.keys, self.n_pool * sizeof(uint64_t))
+                memcpy(cnp.PyArray_DATA(metas), self.metas, self.n_pool * self.meta_size)
+            memcpy(cnp.PyArray_DATA(slots), self.slots, self.n_slots * sizeof(Slot))
+            scal = np.array([self.n_nodes, self.n_pool, self.n_slots, self.slot_shift,
+                             self.n_used, self.meta_size], dtype=np.int64)
+        finally:
+            pb_unlock(&self.lock)
+        return {"scalars": scal, "nodes": nodes, "keys": keys, "metas": metas, "slots": slots}
+
+    def restore(self, scalars, nodes, keys, metas, slots):
+        """Replace this (empty) tree's arrays with an :meth:`export` (bulk copies)."""
+        cdef cnp.ndarray sc = np.ascontiguousarray(scalars, dtype=np.int64)
+        cdef cnp.ndarray nd = np.ascontiguousarray(nodes, dtype=np.uint8)
+        cdef cnp.ndarray ky = np.ascontiguousarray(keys, dtype=np.uint64)
+        cdef cnp.ndarray mt = np.ascontiguousarray(metas, dtype=np.uint8)
+        cdef cnp.ndarray sl = np.ascontiguousarray(slots, dtype=np.uint8)
+        cdef int64_t n_nodes = sc[0], n_pool = sc[1], n_slots = sc[2]
+        if sc.shape[0] != 6 or sc[5] != self.meta_size:
+            raise ValueError("radix restore: scalars do not match this tree's meta_size")
+        if (nd.nbytes != n_nodes * sizeof(Node) or ky.shape[0] != n_pool
+                or mt.nbytes != n_pool * self.meta_size or sl.nbytes != n_slots * sizeof(Slot)
+                or n_nodes < 1 or n_slots < 64 or (n_slots & (n_slots - 1))):
+            raise ValueError("radix restore: array sizes are inconsistent")
+        cdef Node* nn = <Node*>malloc(max(n_nodes, 64) * sizeof(Node))
+        cdef uint64_t* nk = <uint64_t*>malloc(max(n_pool, 1) * sizeof(uint64_t))
+        cdef uint8_t* nm = <uint8_t*>malloc(max(n_pool, 1) * self.meta_size)
+        cdef Slot* ns = <Slot*>malloc(n_slots * sizeof(Slot))
+        if not (nn and nk and nm and ns):
+            free(nn); free(nk); free(nm); free(ns)
+            raise MemoryError("radix restore: out of memory")
+        memcpy(nn, cnp.PyArray_DATA(nd), n_nodes * sizeof(Node))
+        memcpy(nk, cnp.PyArray_DATA(ky), n_pool * sizeof(uint64_t))
+        memcpy(nm, cnp.PyArray_DATA(mt), n_pool * self.meta_size)
+        memcpy(ns, cnp.PyArray_DATA(sl), n_slots * sizeof(Slot))
+        pb_wrlock(&self.lock)
+        free(self.nodes); free(self.keys); free(self.metas); free(self.slots)
+        self.nodes, self.keys, self.metas, self.slots = nn, nk, nm, ns
+        self.n_nodes, self.cap_nodes = n_nodes, max(n_nodes, 64)
+        self.n_pool, self.cap_pool = n_pool, max(n_pool, 1)
+        self.n_slots = n_slots
+        self.slot_mask = n_slots - 1
+        self.slot_shift = sc[3]
+        self.n_used = sc[4]
+        pb_unlock(&self.lock)
+
     @property
     def nodes(self):
         """Nodes below the root (= edges)."""

@@ -671,6 +671,56 @@ cdef class RoutingDirectory:
         return {"keys": keys, "offs": offs, "visible": vis, "next_state": nxt,
                 "refine_state": ref, "sizes": sizes, "entry": pent, "filters": pf, "segs": ps}
 
+    def load(self, keys, offs, visible, next_state, refine_state, sizes, filters, segs):
+        """Fill this EMPTY directory from a :meth:`dump` (snapshots): one C pass,
+        posting lists copied as they were dumped (already sorted)."""
+        cdef const uint64_t[::1] k = np.ascontiguousarray(keys, dtype=np.uint64)
+        cdef const uint32_t[::1] o = np.ascontiguousarray(offs, dtype=np.uint32)
+        cdef const uint8_t[::1] v = np.ascontiguousarray(visible, dtype=np.uint8)
+        cdef const uint8_t[::1] ns = np.ascontiguousarray(next_state, dtype=np.uint8)
+        cdef const uint8_t[::1] rs = np.ascontiguousarray(refine_state, dtype=np.uint8)
+        cdef const int64_t[::1] sz = np.ascontiguousarray(sizes, dtype=np.int64)
+        cdef const uint64_t[::1] f = np.ascontiguousarray(filters, dtype=np.uint64)
+        cdef const uint64_t[::1] sg = np.ascontiguousarray(segs, dtype=np.uint64)
+        cdef Py_ssize_t n = k.shape[0], i, e, t, c = 0
+        cdef int r = 0
+        cdef Entry* ent
+        if self.n_ent:
+            raise ValueError("load: the directory is not empty")
+        if not (o.shape[0] == n and v.shape[0] == n and ns.shape[0] == n and rs.shape[0] == n
+                and sz.shape[0] == n):
+            raise ValueError("load: entry arrays differ in length")
+        if f.shape[0] != sg.shape[0] or int(np.asarray(sz).sum()) != f.shape[0]:
+            raise ValueError("load: posting arrays do not match the entry sizes")
+        if sg.shape[0] and int(np.asarray(sg).max()) > MAX_SEG:
+            raise OverflowError("load: a segment id does not fit the 32-bit posting reference")
+        with nogil:
+            sarp_wrlock(&self.lock)
+            for i in range(n):
+                e = self._create(k[i], o[i], v[i])
+                if e < 0:
+                    r = -1
+                    break
+                ent = &self.entries[e]
+                ent.next_state = ns[i]
+                ent.refine_state = rs[i]
+                if sz[i] > 0:
+                    ent.list = <Posting*>malloc(sz[i] * sizeof(Posting))
+                    if ent.list == NULL:
+                        r = -1
+                        break
+                    ent.cap = <uint32_t>sz[i]
+                    ent.n = <uint32_t>sz[i]
+                    self.post_bytes += sz[i] * sizeof(Posting)
+                    self.n_post += sz[i]
+                    for t in range(sz[i]):
+                        ent.list[t].filt = f[c]
+                        ent.list[t].seg = <uint32_t>sg[c]
+                        c += 1
+            sarp_unlock(&self.lock)
+        if r < 0:
+            raise MemoryError("routing directory: out of memory")
+
     def check(self):
         """Structural invariants: every list sorted and free of duplicate segments,
         every entry reachable through the table.  Raises AssertionError."""

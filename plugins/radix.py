@@ -131,6 +131,17 @@ class RadixStrategy(IndexStrategy):
     def insert(self, block_ids: np.ndarray, metas: np.ndarray) -> None:
         self._insert(block_ids, metas)
 
+    # durability: the tree's arrays in bulk; acknowledged inserts after the
+    # snapshot come back from the insert log (enable_log)
+    uses_insert_log = True
+
+    def _snapshot_state(self):
+        return {"entries": self._tree.entries}, self._tree.export()
+
+    def _restore_state(self, meta, sections):
+        self._tree.restore(sections["scalars"], sections["nodes"], sections["keys"],
+                           sections["metas"], sections["slots"])
+
     def stats(self) -> dict:
         t = self._tree
         return {"nodes": t.nodes, "entries": t.entries, "memory_bytes": t.nbytes,

@@ -56,8 +56,23 @@ matches take only the directory's read lock (inside its compiled calls) and
 run concurrently with inserts and with the background worker.
 
 Corrupt segment records are counted misses (:class:`SegmentLayer`), never
-reused.  Snapshot/recover of the routing directory is not here yet (issue 4);
-:meth:`RoutingDirectory.dump` returns everything a snapshot holds.
+reused.
+
+Snapshot and recovery (issue 4): the snapshot holds the routing directory
+only (routing keys, offsets, states, posting lists with filters and segment
+references; segments stay in the store), taken after back-fill jobs drain, so
+every entry is visible and no job is half done; it records the first segment
+id it does not cover and the last **extension journal** sequence it covers.
+An insert that extends a segment in place (same id) also writes, in the same
+engine batch, a journal record under key space 4 (``(4 << 56) | seq``,
+value = the extended segment ids as u64).  Recovery loads the directory
+(compiled bulk :meth:`RoutingDirectory.load`), then re-registers every
+segment an ordered scan finds from the first uncovered id and every segment
+journalled after the covered sequence, so every insert acknowledged before
+a crash is routable again.  Re-registration is idempotent (an upsert with the
+segment's current filter), and back-fill interrupted by a crash is simply
+re-triggered by it.  A missing or corrupt snapshot falls back to registering
+every segment of the store in id order.
 
 Hot paths are compiled (:mod:`prefixbench.plugins._sarp`: filters, the
 match-potential search, the directory; :mod:`prefixbench.plugins._segments`:
@@ -75,7 +90,8 @@ from prefixbench.harness.errors import ConfigError
 from prefixbench.plugins import _sarp
 from prefixbench.plugins._sarp import RoutingDirectory
 from prefixbench.plugins.hookspecs import hookimpl
-from prefixbench.plugins.segments import Segment, SegmentLayer, verify_raws, verify_raws_py
+from prefixbench.plugins.segments import (SEGMENT_KEY_LIMIT, Segment, SegmentLayer, max_key,
+                                          verify_raws, verify_raws_py)
 from prefixbench.plugins.strategy import META_SIZE, IndexStrategy, Match, Option
 
 __all__ = ["SarpStrategy", "RoutingDirectory", "RoutingDirectoryPy", "filters_py",
@@ -83,6 +99,9 @@ __all__ = ["SarpStrategy", "RoutingDirectory", "RoutingDirectoryPy", "filters_py
 
 NONE, PENDING, LIVE = 0, 1, 2
 _MASK = (1 << 64) - 1
+#: key space of the extension journal: key = (4 << 56) | sequence number
+JOURNAL_KEY_SPACE = 4
+_JOURNAL_BASE = JOURNAL_KEY_SPACE << 56
 
 
 # ----------------------------------------------------------------------------- references
@@ -270,6 +289,24 @@ class RoutingDirectoryPy:
                     "filters": np.array([f for e in es for f, _ in e.items], np.uint64),
                     "segs": np.array([-s for e in es for _, s in e.items], np.uint64)}
 
+    def load(self, keys, offs, visible, next_state, refine_state, sizes, filters, segs):
+        with self._lock:
+            if self._d:
+                raise ValueError("load: the directory is not empty")
+            if int(np.asarray(sizes).sum()) != len(filters) or len(filters) != len(segs):
+                raise ValueError("load: posting arrays do not match the entry sizes")
+            c = 0
+            fl, sg = np.asarray(filters, np.uint64).tolist(), np.asarray(segs, np.uint64).tolist()
+            for k, o, v, ns, rs, n in zip(np.asarray(keys, np.uint64).tolist(),
+                                          np.asarray(offs).tolist(), np.asarray(visible).tolist(),
+                                          np.asarray(next_state).tolist(),
+                                          np.asarray(refine_state).tolist(),
+                                          np.asarray(sizes).tolist()):
+                e = self._d[k] = _EntryPy(o, bool(v))
+                e.next_state, e.refine_state = ns, rs
+                e.items = [(fl[i], -sg[i]) for i in range(c, c + n)]
+                c += n
+
     def check(self):
         for e in self._d.values():
             assert e.items == sorted(e.items)
@@ -381,6 +418,7 @@ class SarpStrategy(IndexStrategy):
             "segments_extended", "logical_blocks", "copied_blocks", "jobs", "jobs_expand",
             "jobs_refine", "backfill_reads", "backfill_postings", "insert_windows_reused"), 0)
         self._tl = threading.local()
+        self._journal = None        # last journal sequence, found on first use
 
     # ------------------------------------------------------------------ routing one window
     def _route(self, qw: np.ndarray, ws: int, budget: int):
@@ -499,6 +537,7 @@ class SarpStrategy(IndexStrategy):
             ws = full[0]
         with self._insert_lock:
             writes: list[Segment] = []
+            extended: list[int] = []
             reads = 0
             new_blocks = copied = ext = cp = 0
             skipped = ws // S
@@ -520,6 +559,7 @@ class SarpStrategy(IndexStrategy):
                             new_blocks += res.n
                         else:
                             ext += 1
+                            extended.append(res.seg_id)
                             new_blocks += res.n - seg.n
                     ws += S
                 # every later window is new: nobody shares this prefix past here
@@ -529,7 +569,12 @@ class SarpStrategy(IndexStrategy):
                     new_blocks += s.n
                     ws += S
             if writes:
-                self.layer.write_many(writes)
+                journal = ()
+                if extended:
+                    self._journal_seq += 1
+                    journal = [(_JOURNAL_BASE | self._journal_seq,
+                                np.array(extended, dtype="<u8").tobytes())]
+                self.layer.write_many(writes, journal)
                 for s in writes:
                     self._register(s)
             with self._stat_lock:
@@ -697,6 +742,105 @@ class SarpStrategy(IndexStrategy):
         if self._worker_error is not None:
             e, self._worker_error = self._worker_error, None
             raise RuntimeError(f"sarp back-fill worker failed: {e!r}") from e
+
+    # ------------------------------------------------------------------ durability
+    @property
+    def _journal_seq(self) -> int:
+        j = self._journal
+        if j is None:
+            top = max_key(self.store, _JOURNAL_BASE, _JOURNAL_BASE + SEGMENT_KEY_LIMIT)
+            j = self._journal = 0 if top is None else top - _JOURNAL_BASE
+        return j
+
+    @_journal_seq.setter
+    def _journal_seq(self, value: int) -> None:
+        self._journal = value
+
+    rebuild_from_store = True
+    layout_options = ("S", "R", "N", "b", "stride", "refinement", "pruning")
+    _SECTIONS = ("keys", "offs", "visible", "next_state", "refine_state", "sizes", "filters",
+                 "segs")
+
+    def _quiesce(self) -> None:
+        self.drain()
+
+    def _snapshot_state(self):
+        with self._insert_lock:
+            self._run_sync_jobs()
+            d = self.dir.dump()
+            with self._stat_lock:
+                c = dict(self._c)
+            meta = {"next_segment_id": self.layer._next_id, "journal_seq": self._journal_seq,
+                    "counters": c, "routing_entries": int(len(d["keys"]))}
+        d["visible"] = d["visible"].astype(np.uint8)
+        d["segs"] = d["segs"].astype(np.uint32)
+        return meta, {k: d[k] for k in self._SECTIONS}
+
+    def _restore_state(self, meta, sections):
+        self.dir.load(*(sections[k] for k in self._SECTIONS))
+        with self._stat_lock:
+            self._c.update({k: int(v) for k, v in meta.get("counters", {}).items() if k in self._c})
+
+    def _reregister(self, records) -> int:
+        """Register every decodable segment of ``records`` ((id, raw) pairs)."""
+        n = 0
+        self._last_seen = None
+        with self._insert_lock:
+            for sid, raw in records:
+                self._last_seen = sid
+                seg = self.layer.decode(sid, raw)
+                if seg is not None and seg.seg_id == sid and seg.n and seg.start % self.S == 0:
+                    self._register(seg)
+                    self._run_sync_jobs()
+                    n += 1
+        return n
+
+    def _scan(self, lo: int, hi: int, chunk: int = 4096):
+        """Ordered ``(key, raw)`` items of ``[lo, hi)``, each scan closed before the
+        items are used (engines dislike reads under an open cursor)."""
+        while lo < hi:
+            it = self.store.scan(lo, hi)
+            items = []
+            try:
+                for kv in it:
+                    items.append(kv)
+                    if len(items) >= chunk:
+                        break
+            finally:
+                close = getattr(it, "close", None)
+                if close is not None:
+                    close()
+            yield from items
+            if len(items) < chunk:
+                return
+            lo = items[-1][0] + 1
+
+    def _catch_up(self, meta):
+        first = int(meta["next_segment_id"])
+        covered = int(meta["journal_seq"])
+        later = self._reregister(self._scan(first, SEGMENT_KEY_LIMIT))
+        # that scan ran to the end of the segment key space: it knows the next id
+        self.layer.resume_at(max(first, (self._last_seen or 0) + 1))
+        ext = []
+        last_j = covered
+        for k, raw in self._scan(_JOURNAL_BASE | (covered + 1), _JOURNAL_BASE + SEGMENT_KEY_LIMIT):
+            ext.extend(np.frombuffer(raw, dtype="<u8").tolist())
+            last_j = k - _JOURNAL_BASE
+        with self._insert_lock:
+            self._journal_seq = last_j
+        ext = sorted({i for i in ext if i < first})
+        journal = 0
+        for lo in range(0, len(ext), 256):
+            ids = ext[lo:lo + 256]
+            journal += self._reregister(zip(ids, self.store.get_many(ids)))
+        self.drain()
+        return {"segments_rescanned": later, "segments_from_journal": journal}
+
+    def _rebuild_from_store(self):
+        n = self._reregister(self._scan(1, SEGMENT_KEY_LIMIT))
+        self.layer.resume_at((self._last_seen or 0) + 1)
+        self.drain()
+        return {"segments_rescanned": n}
 
     # ------------------------------------------------------------------ stats
     def stats(self) -> dict:

@@ -196,6 +196,19 @@ class SegmentHashStrategy(IndexStrategy):
             self._records += len(items)
             self._blocks_written += int(lens.sum())
 
+    # durability: every record is in the engine; reopening it is the recovery
+    rebuild_from_store = True
+    layout_options = ("S",)
+
+    def _snapshot_state(self):
+        return {"entries": self._entries, "records": self._records,
+                "blocks_written": self._blocks_written}, {}
+
+    def _restore_state(self, meta, sections):
+        self._entries = int(meta.get("entries", 0))
+        self._records = int(meta.get("records", 0))
+        self._blocks_written = int(meta.get("blocks_written", 0))
+
     def stats(self) -> dict:
         mt, e = self._matches, self._entries
         return {

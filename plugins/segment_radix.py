@@ -372,6 +372,65 @@ class SegmentRadixStrategy(IndexStrategy):
         parent.dirty = True
         return child
 
+    # ------------------------------------------------------------------ durability
+    # The snapshot is the whole tree: one row per node (id, first, last,
+    # segment, start, length) and one per child link (parent id, first id,
+    # child id).  The capped variant reads its spilled nodes back for it, and
+    # its recovery writes every node beyond the budget to the spill space again
+    # (all as dirty), so spill records written after the snapshot - which may
+    # describe a tree the crash cut short - are all overwritten before any is
+    # read.  A segment does not record which segment precedes it, so the tree
+    # cannot be rebuilt from the store: acknowledged inserts after the snapshot
+    # come back from the insert log (enable_log).
+    uses_insert_log = True
+    layout_options = ("S",)
+
+    def _all_nodes(self):
+        nodes = self._nodes
+        res = dict(nodes.resident)
+        if nodes.cap:
+            missing = [i for i in range(1, nodes.count + 1) if i not in res]
+            for lo in range(0, len(missing), 1024):
+                ids = missing[lo:lo + 1024]
+                for nid, raw in zip(ids, self.store.get_many([_SPILL_BASE | i for i in ids])):
+                    node = None if raw is None else _decode_node(raw)
+                    if node is not None:
+                        res[nid] = node
+        return sorted(res.items())
+
+    def _snapshot_state(self):
+        nodes = self._nodes
+        with self._lock:
+            res = self._all_nodes()
+            rows = np.array([(nid, n.first, n.last, n.seg, n.start, n.length) for nid, n in res],
+                            dtype=np.uint64).reshape(-1, 6)
+            edges = np.array([(pid, f, c) for pid, n in [(0, nodes.root)] + res if n.kids
+                              for f, c in n.kids.items()], dtype=np.uint64).reshape(-1, 3)
+            meta = {"count": nodes.count, "entries": self._entries, "segments": self._segments,
+                    "segment_blocks": self._segment_blocks}
+        return meta, {"nodes": rows, "edges": edges}
+
+    def _restore_state(self, meta, sections):
+        rows, edges = sections["nodes"], sections["edges"]
+        if rows.ndim != 2 or rows.shape[1] != 6 or edges.ndim != 2 or edges.shape[1] != 3:
+            raise ValueError("node or edge table of the wrong shape")
+        nodes = self._nodes
+        table = {0: nodes.root}
+        for nid, first, last, seg, start, length in rows.tolist():
+            n = _Node(first, last, seg, start, length)     # dirty: rewritten when spilled
+            table[nid] = n
+            nodes.resident[nid] = n
+        for pid, first, cid in edges.tolist():
+            p = table[pid]
+            if p.kids is None:
+                p.kids = {}
+            p.kids[first] = cid
+        nodes.count = int(meta["count"])
+        self._entries = int(meta["entries"])
+        self._segments = int(meta["segments"])
+        self._segment_blocks = int(meta["segment_blocks"])
+        nodes.trim()
+
     # ------------------------------------------------------------------ stats
     def stats(self) -> dict:
         nodes = self._nodes

@@ -43,7 +43,7 @@ from prefixbench.harness.errors import ConfigError, PrefixbenchError
 from prefixbench.plugins import _segments
 
 __all__ = ["SEGMENT_KEY_SPACE", "KEY_SPACE_BITS", "CorruptSegmentError", "Segment", "SegmentLayer",
-           "encode_segment", "decode_segment", "common_prefix", "space_key",
+           "encode_segment", "decode_segment", "common_prefix", "space_key", "max_key",
            "encode_segment_py", "decode_segment_py", "common_prefix_py", "checksum_py",
            "verify_raws", "verify_raws_py"]
 
@@ -204,6 +204,38 @@ def verify_raws_py(raws, seg_ids, query_ids, start: int, S: int, meta_size: int)
 
 
 # ----------------------------------------------------------------------------- layer
+def max_key(store, lo: int, hi: int) -> int | None:
+    """The largest key in ``[lo, hi)`` of ``store``, or None if there is none.
+
+    Galloping then binary search over "is there a key in [k, hi)", so an
+    ordered engine answers with O(log range) seeks instead of a full scan.
+    """
+    def has_at_least(k: int) -> bool:
+        it = store.scan(k, hi)
+        try:
+            return next(iter(it), None) is not None
+        finally:
+            close = getattr(it, "close", None)
+            if close is not None:
+                close()
+    if not has_at_least(lo):
+        return None
+    a = lo                       # invariant: a key >= a exists
+    step = 1
+    b = min(lo + step, hi)
+    while b < hi and has_at_least(b):
+        a, step = b, step * 2
+        b = min(lo + step, hi)
+    # a key >= a exists, none >= b (or b is hi)
+    while b - a > 1:
+        mid = (a + b) // 2
+        if has_at_least(mid):
+            a = mid
+        else:
+            b = mid
+    return a
+
+
 class SegmentLayer:
     """Segments in a :class:`SegmentStore`: ids, windows, reads, writes, counters.
 
@@ -222,7 +254,7 @@ class SegmentLayer:
         self.meta_size = meta_size
         self._id_lock = threading.Lock()
         self._count_lock = threading.Lock()
-        self._next_id = self._recover_next_id()
+        self._next: int | None = None   # found in the store on first use (see _next_id)
         self.logical_reads = 0       # segment keys requested
         self.read_calls = 0          # get / get_many calls
         self.misses = 0              # requested ids with no record
@@ -231,34 +263,29 @@ class SegmentLayer:
         self.segments_written = 0    # records put (new or rewritten)
         self.blocks_written = 0
 
-    def _recover_next_id(self) -> int:
-        """One past the largest key in the segment key space (1 for an empty store).
+    @property
+    def _next_id(self) -> int:
+        """The next segment id, found in the store on first use (lazily, so a
+        recovery that scans the store anyway can set it with :meth:`resume_at`)."""
+        n = self._next
+        if n is None:
+            n = self._next = self._recover_next_id()
+        return n
 
-        Galloping then binary search over "is there a key >= k", so an ordered
-        engine answers with O(log max_id) seeks instead of a full scan.
-        """
-        def has_at_least(k: int) -> bool:
-            it = self.store.scan(k, SEGMENT_KEY_LIMIT)
-            try:
-                return next(iter(it), None) is not None
-            finally:
-                close = getattr(it, "close", None)
-                if close is not None:
-                    close()
-        if not has_at_least(0):
-            return 1
-        lo = 0                      # invariant: a key >= lo exists
-        hi = 1
-        while hi < SEGMENT_KEY_LIMIT and has_at_least(hi):
-            lo, hi = hi, min(hi * 2, SEGMENT_KEY_LIMIT)
-        # a key >= lo exists, none >= hi (or hi is the limit)
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if has_at_least(mid):
-                lo = mid
-            else:
-                hi = mid
-        return lo + 1
+    @_next_id.setter
+    def _next_id(self, value: int) -> None:
+        self._next = value
+
+    def resume_at(self, next_id: int) -> None:
+        """Set the next id from a complete ordered scan of the segment key space
+        (recovery), sparing the store search; ``next_id`` must exceed every stored id."""
+        with self._id_lock:
+            self._next = max(int(next_id), 1)
+
+    def _recover_next_id(self) -> int:
+        """One past the largest key in the segment key space (1 for an empty store)."""
+        top = max_key(self.store, 0, SEGMENT_KEY_LIMIT)
+        return 1 if top is None else top + 1
 
     # ---- ids and windows --------------------------------------------------
     def new_id(self) -> int:
@@ -353,8 +380,9 @@ class SegmentLayer:
     def write(self, seg: Segment) -> None:
         self.write_many([seg])
 
-    def write_many(self, segs) -> None:
-        """All records in one engine write batch (atomic where the engine is)."""
+    def write_many(self, segs, extra=()) -> None:
+        """All records (and ``extra`` ``(key, bytes)`` items, e.g. a strategy's
+        journal record) in one engine write batch (atomic where the engine is)."""
         segs = list(segs)
         if not segs:
             return
@@ -363,6 +391,7 @@ class SegmentLayer:
                 raise ValueError(f"segment {s.seg_id} at {s.start} with {s.n} blocks does not "
                                  f"fit a window of {self.S}")
         items = [(s.seg_id, encode_segment(s, self.meta_size)) for s in segs]
+        items.extend(extra)
         self.store.write_items(items)
         with self._count_lock:
             self.segments_written += len(segs)

@@ -13,10 +13,42 @@ Semantics every strategy keeps (the property tests check them against the
 * ``insert(ids, metas)`` registers a processed sequence.  A block that is
   already indexed keeps the metadata it was first inserted with (the cached
   KVCache block already exists; re-processing it creates no new copy).
+
+Durability (issue 4).  ``snapshot(dir)`` publishes the strategy's in-memory
+state through the one protocol of :mod:`prefixbench.harness.snapshot`
+(versioned, checksummed, write-temp/fsync/rename/fsync-dir); call it while no
+insert is in flight.  ``Strategy.recover(store, dir, options)`` builds a
+serving instance in three timed phases, recorded in ``instance.recovery``:
+*load* (read the file, verify every checksum), *deserialize* (arrays into the
+strategy's structures) and *rebuild* (catch up with what the snapshot does not
+cover); ``init_s`` is the constructor in between (e.g. the segment layer
+finding its next segment id in the store).  "Nothing acknowledged is lost" is each strategy's business:
+
+* strategies whose index lives in the store (``ssd-blockhash``,
+  ``segment-hash``) have nothing to catch up: reopening the engine is the
+  recovery;
+* ``sarp`` re-registers the segments the store holds past the snapshot (an
+  ordered scan from the first segment id the snapshot does not cover) and the
+  in-place extensions journalled since (see :mod:`prefixbench.plugins.sarp`);
+* strategies whose in-memory state the store cannot reproduce (``radix``,
+  ``dram-blockhash``, ``segment-radix``: its segments do not record which
+  segment precedes them) keep an fsynced insert log when
+  :meth:`IndexStrategy.enable_log` is on (durable mode) and replay the
+  inserts after the snapshot's log position.
+
+An unusable snapshot (missing, cut, corrupt, other version) raises
+:class:`~prefixbench.harness.snapshot.SnapshotError` and is never served:
+``rebuild_from_store`` strategies then rebuild from the engine, log keepers
+replay a log that holds every insert since the start, the others fail with
+that one line.
 """
 from __future__ import annotations
 
 import abc
+import os
+import sys
+import threading
+import time
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -109,6 +141,151 @@ class IndexStrategy(abc.ABC):
         """Counters: entries, in-memory bytes, logical store reads, ..."""
         return {}
 
+    # ------------------------------------------------------------------ durability
+    #: True if a lost or corrupt snapshot can be rebuilt from the store alone
+    rebuild_from_store: ClassVar[bool] = False
+    #: True if durable mode needs the insert log (state the store cannot reproduce)
+    uses_insert_log: ClassVar[bool] = False
+    #: options that fix the layout a snapshot or the store was written with
+    layout_options: ClassVar[tuple] = ()
+
+    _log = None
+    recovery: dict | None = None
+
+    def _snapshot_state(self) -> tuple[dict, dict]:
+        """``(meta, sections)``: JSON-able scalars and NumPy arrays to publish."""
+        return {}, {}
+
+    def _restore_state(self, meta: dict, sections: dict) -> None:
+        """Deserialize a snapshot into this freshly constructed instance."""
+
+    def _catch_up(self, meta: dict) -> dict:
+        """Register what the store holds beyond the snapshot; returns counters."""
+        return {}
+
+    def _rebuild_from_store(self) -> dict:
+        """Rebuild the whole in-memory state from the store (``rebuild_from_store``)."""
+        return {}
+
+    def _quiesce(self) -> None:
+        """Finish background work so the state to snapshot is complete."""
+
+    def enable_log(self, directory, sync: bool = True) -> bool:
+        """Durable mode for log-keeping strategies: every insert is appended (and
+        with ``sync`` fdatasynced) to ``directory``'s insert log before it returns.
+        False (nothing to do) for strategies whose store is their durability."""
+        if not self.uses_insert_log:
+            return False
+        from prefixbench.harness.snapshot import InsertLog
+        self._log = InsertLog(directory, self.meta_size, sync)
+        inner = type(self).insert.__get__(self)
+        lock = threading.Lock()
+        log = self._log
+
+        def insert(block_ids, metas):
+            inner(block_ids, metas)
+            with lock:
+                log.append(block_ids, metas)
+        self.insert = insert
+        return True
+
+    def snapshot(self, directory, fault=None) -> dict:
+        """Publish this index's state under ``directory``; returns ``{"bytes", "seconds"}``."""
+        from prefixbench.harness.snapshot import write_snapshot
+        t0 = time.perf_counter()
+        self._quiesce()
+        meta, sections = self._snapshot_state()
+        meta = dict(meta, options=self.opts, meta_size=self.meta_size,
+                    log_seq=self._log.seq if self._log is not None else None)
+        nbytes = write_snapshot(directory, self.name, meta, sections, fault=fault)
+        return {"bytes": nbytes, "seconds": time.perf_counter() - t0}
+
+    @classmethod
+    def recover(cls, store, directory, options: dict | None = None, meta_size: int = META_SIZE,
+                durable_log: bool | None = None, quiet: bool = False) -> "IndexStrategy":
+        """A serving instance from ``directory``'s snapshot plus the store (and the log).
+
+        ``durable_log``: keep logging inserts afterwards (default: if a log exists).
+        Timing and provenance are in the returned instance's ``recovery`` dict.
+        """
+        from prefixbench.harness.snapshot import (LOG_FILE, SnapshotError, log_first_seq,
+                                                  read_log, read_snapshot, snapshot_path)
+        directory = os.fspath(directory)
+        has_log = cls.uses_insert_log and os.path.exists(os.path.join(directory, LOG_FILE))
+        info = {"source": "snapshot", "snapshot_error": None, "load_s": 0.0, "init_s": 0.0,
+                "deserialize_s": 0.0, "rebuild_s": 0.0, "snapshot_bytes": 0, "log_replayed": 0}
+        t0 = time.perf_counter()
+        self = None
+        try:
+            snap = read_snapshot(directory, cls.name)
+            info["load_s"] = time.perf_counter() - t0
+            info["snapshot_bytes"] = snap.nbytes
+            m = snap.meta
+            if m.get("meta_size") != meta_size:
+                raise SnapshotError(f"snapshot {snap.path}: meta_size {m.get('meta_size')}, "
+                                    f"recovering with {meta_size}")
+            opts = dict(m.get("options") or {})
+            for k, v in (options or {}).items():
+                if k in cls.layout_options and k in opts and opts[k] != v:
+                    raise SnapshotError(f"snapshot {snap.path}: written with {k}={opts[k]!r}, "
+                                        f"recovering with {k}={v!r}")
+                opts[k] = v
+            ti = time.perf_counter()
+            self = cls(store, opts, meta_size)
+            t1 = time.perf_counter()
+            info["init_s"] = t1 - ti
+            try:
+                self._restore_state(m, snap.sections)
+            except (KeyError, ValueError, TypeError, IndexError) as e:
+                raise SnapshotError(f"snapshot {snap.path}: inconsistent content ({e})") from None
+            del snap
+            t2 = time.perf_counter()
+            info["deserialize_s"] = t2 - t1
+            info.update(self._catch_up(m))
+            if has_log and m.get("log_seq") is not None:
+                info["log_replayed"] = self._replay(read_log(directory, meta_size, m["log_seq"]))
+            info["rebuild_s"] = time.perf_counter() - t2
+        except SnapshotError as e:
+            info["snapshot_error"] = str(e)
+            if cls.rebuild_from_store:
+                how = "rebuilding from the store"
+            elif has_log and log_first_seq(directory, meta_size) in (
+                    (0, 1) if not os.path.exists(snapshot_path(directory)) else (1,)):
+                # a log from seq 1 holds every insert; an empty one with no snapshot
+                # ever published means nothing was acknowledged yet
+                how = "replaying the whole insert log"
+            else:
+                raise SnapshotError(f"{e}; {cls.name} cannot rebuild its in-memory index "
+                                    f"without it (no complete insert log)") from None
+            if not quiet:
+                print(f"prefixbench: {e}; {how}", file=sys.stderr)
+            self = cls(store, options, meta_size)
+            t2 = time.perf_counter()
+            if cls.rebuild_from_store:
+                info["source"] = "store-rebuild"
+                info.update(self._rebuild_from_store())
+            else:
+                info["source"] = "log-rebuild"
+                info["log_replayed"] = self._replay(read_log(directory, meta_size, 0))
+            info["rebuild_s"] = time.perf_counter() - t2
+        info["total_s"] = time.perf_counter() - t0
+        if durable_log or (durable_log is None and has_log):
+            self.enable_log(directory)
+        self.recovery = info
+        return self
+
+    def _replay(self, records) -> int:
+        n = 0
+        insert = type(self).insert
+        for _seq, ids, metas, _end in records:
+            if ids is None:
+                continue                    # covered by the snapshot
+            insert(self, ids, metas)
+            n += 1
+        return n
+
     def close(self) -> None:
+        if self._log is not None:
+            self._log.close()
         if self.store is not None:
             self.store.close()

@@ -1,0 +1,363 @@
+"""``prefixbench recover``: build an index to N unique block entries, snapshot it,
+close it, and time its recovery in a FRESH process.
+
+Build: the workload is replicated with a fresh namespace seed per copy
+(``namespace=<workload>-copy<k>``: copies share no block), streamed request by
+request, never materialised; every copy has the same unique blocks per
+request (counted once on copy 0 with a compiled block-hash table), so the
+build stops at the first request that reaches N.  Only inserts are replayed
+(recovery does not depend on how the index answered during the build).  A
+probe set - 256 requests of the first copy and 256 of the last - is matched
+before the snapshot; its hit tokens and a digest of every returned metadata
+record are the reference.
+
+Recovery (a child process started with ``subprocess``, nothing imported from
+the build): open the engine, ``Strategy.recover`` (snapshot load with every
+checksum verified, deserialize, rebuild / catch-up), then match the first
+probe and check it against the reference: that is the first correctly served
+match.  ``recovery-total`` runs from the child's first timed statement (after
+it read its probe queries) to that point - plugin registry and imports,
+engine open, load, deserialize, rebuild, the match - each reported too; ``process-start-to-first-match`` from the parent's spawn (it adds the
+interpreter start and imports).  The child then matches every probe; the hit
+rate after recovery must equal the hit rate before (exit code 3 otherwise).
+Peak RSS: the parent samples the child with psutil every 5 ms; the child also
+reports its kernel-counted ``ru_maxrss``.
+
+Results are pyperf suites: ``OUT.json`` (seconds) and ``OUT.counts.json``
+(bytes, counts).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from prefixbench.harness.errors import ConfigError, PrefixbenchError
+
+N_PROBES = 256
+
+
+class RecoveryCheckError(PrefixbenchError):
+    exit_code = 3
+
+
+@dataclass
+class RecoverSpec:
+    strategy: str
+    engine: str | None
+    entries: int
+    workload: str = "lmcache-agent"
+    workload_options: dict = field(default_factory=dict)
+    strategy_options: dict = field(default_factory=dict)
+    engine_options: dict = field(default_factory=dict)
+    cache_bytes: int = 64 << 20
+    durability: str = "async"
+    work_dir: str | None = None
+    keep: bool = False
+
+
+def parse_count(option: str, text) -> int:
+    """``1e8``, ``10000000``, ``10M`` -> int."""
+    s = str(text).strip()
+    mult = {"k": 10 ** 3, "m": 10 ** 6, "g": 10 ** 9}.get(s[-1:].lower(), 1)
+    if mult != 1:
+        s = s[:-1]
+    try:
+        v = float(s) * mult
+    except ValueError:
+        raise ConfigError(f"option {option}: {text!r} is not a count (e.g. 1e7 or 10M)") from None
+    if not math.isfinite(v) or v < 1:
+        raise ConfigError(f"option {option}: {text!r} must be >= 1")
+    return int(v)
+
+
+def _workload(spec: RecoverSpec, copy: int):
+    from prefixbench.harness.bench import make_workload
+    opts = dict(spec.workload_options, namespace=f"{spec.workload}-copy{copy}")
+    return make_workload(spec.workload, opts)
+
+
+def _per_request_unique(spec: RecoverSpec) -> np.ndarray:
+    """Cumulative unique blocks after each request of one copy."""
+    from prefixbench.plugins._blockhash import BlockHashTable
+    t = BlockHashTable(1, 1024)
+    out = []
+    total = 0
+    for req in _workload(spec, 0).requests():
+        ids = req.insert_ids
+        total += t.insert(ids, np.zeros((len(ids), 1), np.uint8))
+        out.append(total)
+    if not total:
+        raise ConfigError(f"workload {spec.workload}: no full block to index")
+    return np.array(out, dtype=np.int64)
+
+
+def _digest(h, m) -> None:
+    h.update(int(m.n_blocks).to_bytes(8, "little"))
+    h.update(np.ascontiguousarray(m.metas).tobytes())
+
+
+def build_and_snapshot(spec: RecoverSpec, quiet: bool = True) -> dict:
+    """Phase 1 (this process): build, probe, snapshot, close.  Returns the reference."""
+    from prefixbench.harness.build import build
+    from prefixbench.harness.metas import make_metas
+    from prefixbench.harness.progress import progress
+
+    cum = _per_request_unique(spec)
+    per_copy = int(cum[-1])
+    copies = -(-spec.entries // per_copy)
+    last_copy = copies - 1
+    need_last = spec.entries - last_copy * per_copy
+    last_n = int(np.searchsorted(cum, need_last) + 1)
+    store_dir = os.path.join(spec.work_dir, "store")
+    snap_dir = os.path.join(spec.work_dir, "snapshot")
+    built = build(spec.strategy, spec.engine, strategy_options=spec.strategy_options,
+                  store_dir=store_dir if spec.engine else None, cache_bytes=spec.cache_bytes,
+                  durability=spec.durability, engine_options=spec.engine_options)
+    strat = built.strategy
+    probes, probe_tokens = [], []
+    t0 = time.perf_counter()
+    reqno = 0
+    bar = progress(spec.entries, f"build {spec.strategy}", quiet)
+    try:
+        for c in range(copies):
+            limit = last_n if c == last_copy else len(cum)
+            for i, req in enumerate(_workload(spec, c).requests()):
+                if i >= limit:
+                    break
+                ids = req.insert_ids
+                strat.insert(ids, make_metas(ids, reqno, strat.meta_size))
+                reqno += 1
+                if (c == 0 and i < N_PROBES) or (c == last_copy and i >= limit - N_PROBES):
+                    probes.append(np.asarray(req.match_ids, dtype=np.uint64))
+                    probe_tokens.append(req.prompt_tokens)
+                bar.update(int(cum[i] - (cum[i - 1] if i else 0)))
+        bar.close()
+        build_s = time.perf_counter() - t0
+        drain = getattr(strat, "drain", None)
+        if drain is not None:
+            drain()
+        h = hashlib.sha256()
+        bs = _workload(spec, 0).block_size
+        hit_tokens = 0
+        for q, pt in zip(probes, probe_tokens):
+            m = strat.match(q)
+            hit_tokens += min(m.n_blocks * bs, pt)
+            _digest(h, m)
+        first = strat.match(probes[0])
+        stats_before = strat.stats()
+        snap = strat.snapshot(snap_dir)
+    finally:
+        built.strategy.close()
+        if built.store is not None:
+            built.store.close()
+    np.savez(os.path.join(spec.work_dir, "probes.npz"), *probes)
+    ref = {
+        "entries": spec.entries, "requests": reqno, "copies": copies,
+        "unique_blocks_per_copy": per_copy, "build_s": build_s,
+        "snapshot_s": snap["seconds"], "snapshot_bytes": snap["bytes"],
+        "hit_tokens": hit_tokens, "probe_tokens": int(sum(probe_tokens)),
+        "probe_token_list": [int(x) for x in probe_tokens],
+        "block_size": bs, "digest": h.hexdigest(),
+        "first_n": int(first.n_blocks), "first_digest": _one_digest(first),
+        "stats_before": {k: v for k, v in stats_before.items()
+                         if isinstance(v, (int, float)) and not isinstance(v, bool)},
+    }
+    with open(os.path.join(spec.work_dir, "reference.json"), "w") as f:
+        json.dump(ref, f)
+    return ref
+
+
+def _one_digest(m) -> str:
+    h = hashlib.sha256()
+    _digest(h, m)
+    return h.hexdigest()
+
+
+def _child_main() -> None:
+    """Phase 2, in a fresh process: ``python -c ... <spec.json>``; prints one JSON line."""
+    with open(sys.argv[1]) as f:
+        cfg = json.load(f)
+    with np.load(cfg["probes"]) as z:       # harness input, outside the timed region
+        probes = [z[f"arr_{i}"] for i in range(len(z.files))]
+    t_start = time.perf_counter()
+    from prefixbench.harness.build import open_engine
+    from prefixbench.plugins.registry import get_registry
+    cls = get_registry().get("strategy", cfg["strategy"]).factory
+    t0 = time.perf_counter()
+    t_registry = t0 - t_start
+    store = None
+    if cls.needs_store:
+        store = open_engine(cfg["engine"], cfg["store_dir"], cache_bytes=cfg["cache_bytes"],
+                            durability=cfg["durability"], options=cfg["engine_options"])
+    t_open = time.perf_counter() - t0
+    strat = cls.recover(store, cfg["snapshot_dir"], cfg["strategy_options"] or None,
+                        durable_log=False)
+    t_rec = time.perf_counter()
+    m = strat.match(probes[0])
+    t_first = time.perf_counter()
+    ok_first = _one_digest(m) == cfg["first_digest"]
+    h = hashlib.sha256()
+    hit_blocks = []
+    for q in probes:
+        mm = strat.match(q)
+        hit_blocks.append(int(mm.n_blocks))
+        _digest(h, mm)
+    rec = dict(strat.recovery)
+    stats = {k: v for k, v in strat.stats().items()
+             if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    out = {"open_s": t_open, "first_match_s": t_first - t_start, "first_ok": ok_first,
+           "registry_s": t_registry, "match_s": t_first - t_rec,
+           "recovery": rec, "digest": h.hexdigest(), "hit_blocks": hit_blocks,
+           "stats_after": stats,
+           "ru_maxrss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+    strat.close()
+    print(json.dumps(out, default=str))
+
+
+def recover_in_fresh_process(spec: RecoverSpec, ref: dict) -> dict:
+    import psutil
+    cfg = {"strategy": spec.strategy, "engine": spec.engine,
+           "store_dir": os.path.join(spec.work_dir, "store"),
+           "snapshot_dir": os.path.join(spec.work_dir, "snapshot"),
+           "probes": os.path.join(spec.work_dir, "probes.npz"),
+           "cache_bytes": spec.cache_bytes, "durability": spec.durability,
+           "engine_options": spec.engine_options, "strategy_options": spec.strategy_options,
+           "first_digest": ref["first_digest"]}
+    path = os.path.join(spec.work_dir, "child.json")
+    with open(path, "w") as f:
+        json.dump(cfg, f)
+    code = "from prefixbench.harness.recovery import _child_main; _child_main()"
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-c", code, path], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    peak = 0
+    try:
+        ps = psutil.Process(proc.pid)
+        while proc.poll() is None:
+            try:
+                peak = max(peak, ps.memory_info().rss)
+            except psutil.Error:
+                break
+            time.sleep(0.005)
+    except psutil.Error:
+        pass
+    out, err = proc.communicate()
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        last = (err.strip().splitlines() or ["(no output)"])[-1]
+        raise RecoveryCheckError(f"recover: the recovery process failed: {last}")
+    res = json.loads(out.strip().splitlines()[-1])
+    res["process_wall_s"] = wall
+    res["peak_rss_bytes"] = max(peak, res["ru_maxrss_bytes"]) if peak else res["ru_maxrss_bytes"]
+    res["peak_rss_sampled_bytes"] = peak
+    if err.strip():
+        res["stderr"] = err.strip()
+    return res
+
+
+def run_recover(spec: RecoverSpec, output: str | None = None, quiet: bool = True) -> dict:
+    own = spec.work_dir is None
+    if own:
+        spec.work_dir = tempfile.mkdtemp(prefix="prefixbench-recover-")
+    else:
+        if os.path.exists(spec.work_dir) and os.listdir(spec.work_dir):
+            raise ConfigError(f"option --work-dir: {spec.work_dir} is not empty "
+                              "(nothing was changed)")
+        os.makedirs(spec.work_dir, exist_ok=True)
+    try:
+        ref = build_and_snapshot(spec, quiet=quiet)
+        res = recover_in_fresh_process(spec, ref)
+        bs = ref["block_size"]
+        res["hit_tokens_after"] = int(sum(min(n * bs, pt) for n, pt in
+                                          zip(res["hit_blocks"], ref["probe_token_list"])))
+        res["same_answers"] = (res["digest"] == ref["digest"]
+                               and res["hit_tokens_after"] == ref["hit_tokens"])
+        result = {"spec": spec, "reference": ref, "recovered": res}
+        if output:
+            _write(output, spec, ref, res)
+        if not res["first_ok"] or not res["same_answers"]:
+            raise RecoveryCheckError(
+                f"recover: {spec.strategy} answers differently after recovery "
+                f"(first match {'ok' if res['first_ok'] else 'WRONG'}, probe answers "
+                f"{'equal' if res['same_answers'] else 'DIFFERENT'}); work dir {spec.work_dir}")
+        return result
+    finally:
+        if own and not spec.keep:
+            shutil.rmtree(spec.work_dir, ignore_errors=True)
+
+
+def _write(output: str, spec: RecoverSpec, ref: dict, res: dict) -> None:
+    from prefixbench.harness.pyperf_io import _one_shot, counts_path, run_metadata, write_suite
+    rec = res["recovery"]
+    config = {"entries": spec.entries, "strategy_options": spec.strategy_options,
+              "workload_options": spec.workload_options, "engine_options": spec.engine_options,
+              "cache_bytes": spec.cache_bytes, "durability": spec.durability}
+    md = run_metadata(spec.strategy, spec.engine, spec.workload, config)
+    md.update({"recovery_source": rec["source"], "unique_block_entries": spec.entries,
+               "hit_rate_equal": int(res["same_answers"])})
+    times = [
+        _one_shot("recovery-total", "second", res["first_match_s"], md),
+        _one_shot("recovery-process-start-to-first-match", "second", res["process_wall_s"], md),
+        _one_shot("recovery-plugin-registry", "second", res.get("registry_s", 0), md),
+        _one_shot("recovery-engine-open", "second", res["open_s"], md),
+        _one_shot("recovery-first-match", "second", res.get("match_s", 0), md),
+        _one_shot("recovery-init", "second", rec.get("init_s", 0), md),
+        _one_shot("recovery-load", "second", rec["load_s"], md),
+        _one_shot("recovery-deserialize", "second", rec["deserialize_s"], md),
+        _one_shot("recovery-rebuild", "second", rec["rebuild_s"], md),
+        _one_shot("snapshot-write", "second", ref["snapshot_s"], md),
+    ]
+    st = res["stats_after"]
+    counts = [
+        _one_shot("snapshot-bytes", "byte", rec["snapshot_bytes"], md),
+        _one_shot("peak-rss", "byte", res["peak_rss_bytes"], md),
+        _one_shot("unique-block-entries", "integer", spec.entries, md),
+        _one_shot("index-entries", "integer", st.get("entries", 0), md),
+        _one_shot("index-memory-bytes", "byte", st.get("memory_bytes", 0), md),
+        _one_shot("probe-hit-tokens-before", "integer", ref["hit_tokens"], md),
+    ]
+    write_suite(output, [b for b in times if b])
+    write_suite(counts_path(output), [b for b in counts if b])
+
+
+def format_result(result: dict) -> str:
+    spec, ref, res = result["spec"], result["reference"], result["recovered"]
+    rec = res["recovery"]
+    st = res["stats_after"]
+    rows = [
+        ("strategy / engine", f"{spec.strategy} / {spec.engine or '-'}"),
+        ("unique block entries", f"{spec.entries:,} ({ref['copies']} copies of {spec.workload}, "
+                                 f"{ref['requests']:,} requests)"),
+        ("build", f"{ref['build_s']:.2f} s; snapshot written in {ref['snapshot_s']:.3f} s"),
+        ("snapshot bytes", f"{rec['snapshot_bytes']:,}"),
+        ("recovery source", rec["source"]),
+        ("plugin registry (imports)", f"{res.get('registry_s', 0):.4f} s"),
+        ("engine open", f"{res['open_s']:.4f} s"),
+        ("load / init / deserialize / rebuild", f"{rec['load_s']:.4f} / "
+                                                f"{rec.get('init_s', 0):.4f} / "
+                                                f"{rec['deserialize_s']:.4f} / "
+                                                f"{rec['rebuild_s']:.4f} s"),
+        ("first match", f"{res.get('match_s', 0):.4f} s"),
+        ("first served match", f"{res['first_match_s']:.4f} s after the child's start "
+                               f"({res['process_wall_s']:.3f} s wall incl. interpreter, "
+                               f"all probes)"),
+        ("in-memory entries / bytes", f"{st.get('entries', 0):,} / "
+                                      f"{st.get('memory_bytes', 0):,}"),
+        ("peak RSS", f"{res['peak_rss_bytes'] / 2**20:,.1f} MiB"),
+        ("probe hit rate before / after", f"{ref['hit_tokens'] / max(ref['probe_tokens'], 1):.6f} / "
+                                          f"{res['hit_tokens_after'] / max(ref['probe_tokens'], 1):.6f}"
+                                          f" ({'equal' if res['same_answers'] else 'DIFFERENT'})"),
+    ]
+    w = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:>{w}}  {v}" for k, v in rows)

@@ -1,0 +1,326 @@
+"""The one snapshot publication protocol every index strategy uses, and the
+durable insert log of strategies whose in-memory state the store cannot rebuild.
+
+Snapshot file ``<dir>/index.pbsnap`` (format version 1, little-endian)::
+
+    0   8  magic  b"PBSNAP\\x00\\x01"
+    8   4  format version (1)
+    12  4  H = length of the JSON header
+    16  H  JSON header: {"strategy", "meta": {...}, "payload_bytes",
+                         "sections": [{"name", "dtype", "shape", "offset",
+                                       "nbytes", "crc32"}, ...]}
+    16+H 4 crc32 of bytes [0, 16 + H)
+    ...    payload: the sections, each starting at a multiple of 64 bytes
+           from the file start (so a reader may memory-map them), zero padding
+
+Every section carries its own crc32 and the header its crc32, so a flipped
+byte anywhere, a cut file (the exact length is known from the header), a
+wrong magic or version, or a missing file raise :class:`SnapshotError` - one
+line naming the file and what is wrong - and nothing of that file is ever
+served.
+
+Publication (:func:`write_snapshot`): write ``index.pbsnap.tmp``, fsync it,
+``rename`` it over ``index.pbsnap``, fsync the directory.  ``rename`` is
+atomic, so a reader sees the previous complete snapshot or the new one,
+never a mix; a crash before the rename leaves the old snapshot (and a stale
+``.tmp`` that the reader ignores and the next writer replaces).  The
+``fault`` hook (or module-level :data:`FAULT_HOOK`) is called after each step
+(``"temp-written"``, ``"temp-fsynced"``, ``"renamed"``, ``"dir-fsynced"``) so a
+test can "crash" there by raising.
+
+Insert log ``<dir>/inserts.pblog`` (:class:`InsertLog`): an 8-byte magic and a
+u32 meta size, then one record per acknowledged insert: ``u32 n, u64 seq,
+n*8 block ids, n*meta_size metadata, u32 crc32`` of everything before it in
+the record.  With ``sync=True`` each append is fsynced before ``insert``
+returns (durable mode).  A torn record at the tail (a crash mid-append: it was
+never acknowledged) ends the log; the reader reports how many bytes it dropped
+and the next writer truncates them.
+"""
+from __future__ import annotations
+
+import json
+import os
+import struct
+import zlib
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from prefixbench.harness.errors import PrefixbenchError
+
+__all__ = ["SnapshotError", "Snapshot", "write_snapshot", "read_snapshot", "snapshot_path",
+           "snapshot_bytes", "InsertLog", "FORMAT_VERSION", "SNAPSHOT_FILE", "LOG_FILE",
+           "FAULT_STEPS"]
+
+MAGIC = b"PBSNAP\x00\x01"
+FORMAT_VERSION = 1
+SNAPSHOT_FILE = "index.pbsnap"
+LOG_FILE = "inserts.pblog"
+ALIGN = 64
+FAULT_STEPS = ("temp-written", "temp-fsynced", "renamed", "dir-fsynced")
+_PREFIX = struct.Struct("<8sII")
+_U32 = struct.Struct("<I")
+_CHUNK = 64 << 20
+
+#: called as ``FAULT_HOOK(step, path)`` after each publication step when set (tests)
+FAULT_HOOK = None
+
+
+class SnapshotError(PrefixbenchError):
+    """A snapshot (or insert log) is missing, truncated, corrupt or of another version."""
+
+
+@dataclass
+class Snapshot:
+    path: str
+    strategy: str
+    meta: dict
+    sections: dict = field(default_factory=dict)
+    nbytes: int = 0
+    #: seconds spent reading bytes and checking checksums
+    load_s: float = 0.0
+
+
+def snapshot_path(directory) -> str:
+    return os.path.join(os.fspath(directory), SNAPSHOT_FILE)
+
+
+def snapshot_bytes(directory) -> int:
+    p = snapshot_path(directory)
+    return os.path.getsize(p) if os.path.exists(p) else 0
+
+
+def _crc(buf, crc: int = 0) -> int:
+    mv = memoryview(buf).cast("B")
+    for i in range(0, len(mv), _CHUNK):
+        crc = zlib.crc32(mv[i:i + _CHUNK], crc)
+    return crc
+
+
+def _fsync_dir(directory: str) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _bytes_of(a: np.ndarray) -> memoryview:
+    return memoryview(np.ascontiguousarray(a).reshape(-1).view(np.uint8))
+
+
+def write_snapshot(directory, strategy: str, meta: dict, sections: dict, fault=None) -> int:
+    """Publish a snapshot of ``sections`` (name -> NumPy array) atomically; returns its bytes."""
+    directory = os.fspath(directory)
+    os.makedirs(directory, exist_ok=True)
+    hook = fault or FAULT_HOOK
+    arrays = {k: np.ascontiguousarray(v) for k, v in sections.items()}
+    descs, off = [], 0
+    for name, a in arrays.items():
+        if a.dtype.hasobject:
+            raise TypeError(f"snapshot section {name}: object arrays cannot be stored")
+        descs.append({"name": name, "dtype": a.dtype.str, "shape": list(a.shape),
+                      "nbytes": int(a.nbytes), "crc32": _crc(_bytes_of(a)) if a.nbytes else 0})
+    head = {"strategy": strategy, "meta": meta, "sections": descs}
+    # offsets depend on the header length: fix them with two passes
+    for _ in range(8):
+        js = json.dumps(head, sort_keys=True).encode()
+        base = _PREFIX.size + len(js) + _U32.size
+        off = -(-base // ALIGN) * ALIGN
+        changed = False
+        end = base
+        for d in descs:
+            if d.get("offset") != off:
+                d["offset"], changed = off, True
+            end = off + d["nbytes"]
+            off = -(-end // ALIGN) * ALIGN
+        off = end                       # no padding after the last section
+        if head.get("payload_bytes") != off:
+            head["payload_bytes"], changed = off, True
+        if not changed:
+            break
+    js = json.dumps(head, sort_keys=True).encode()
+    prefix = _PREFIX.pack(MAGIC, FORMAT_VERSION, len(js)) + js
+    final = snapshot_path(directory)
+    tmp = final + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(prefix + _U32.pack(zlib.crc32(prefix)))
+        pos = len(prefix) + _U32.size
+        for d, a in zip(descs, arrays.values()):
+            f.write(b"\0" * (d["offset"] - pos))
+            f.write(_bytes_of(a))
+            pos = d["offset"] + d["nbytes"]
+        f.write(b"\0" * (off - pos))
+        f.flush()
+        if hook:
+            hook("temp-written", tmp)
+        os.fsync(f.fileno())
+    if hook:
+        hook("temp-fsynced", tmp)
+    os.replace(tmp, final)
+    if hook:
+        hook("renamed", final)
+    _fsync_dir(directory)
+    if hook:
+        hook("dir-fsynced", final)
+    return off
+
+
+def read_snapshot(directory, strategy: str | None = None) -> Snapshot:
+    """The published snapshot, every checksum verified; :class:`SnapshotError` otherwise."""
+    import time
+    t0 = time.perf_counter()
+    path = snapshot_path(directory)
+
+    def bad(what: str):
+        return SnapshotError(f"snapshot {path}: {what}")
+
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
+        raise bad("missing (no snapshot was published here)") from None
+    except OSError as e:
+        raise bad(f"cannot open ({e.strerror or e})") from None
+    with f:
+        size = os.fstat(f.fileno()).st_size
+        raw = f.read(_PREFIX.size)
+        if len(raw) < _PREFIX.size:
+            raise bad(f"truncated: {size} bytes, shorter than the header")
+        magic, version, hlen = _PREFIX.unpack(raw)
+        if magic != MAGIC:
+            raise bad("not a prefixbench snapshot (bad magic)")
+        if version != FORMAT_VERSION:
+            raise bad(f"format version {version}, this prefixbench reads version {FORMAT_VERSION}")
+        if hlen > size:
+            raise bad(f"truncated: header of {hlen} bytes in a {size}-byte file")
+        js = f.read(hlen)
+        ck = f.read(_U32.size)
+        if len(js) < hlen or len(ck) < _U32.size:
+            raise bad("truncated inside the header")
+        if zlib.crc32(raw + js) != _U32.unpack(ck)[0]:
+            raise bad("header checksum mismatch (corrupt)")
+        try:
+            head = json.loads(js)
+            name, meta, descs, total = (head["strategy"], head["meta"], head["sections"],
+                                        int(head["payload_bytes"]))
+        except (ValueError, KeyError, TypeError):
+            raise bad("unreadable header") from None
+        if strategy is not None and name != strategy:
+            raise bad(f"written by strategy {name}, not {strategy}")
+        if size != total:
+            raise bad(f"truncated: {size} bytes, the header says {total}"
+                      if size < total else f"{size - total} trailing bytes after the payload")
+        sections = {}
+        pos = f.tell()
+        for d in descs:
+            dt = np.dtype(d["dtype"])
+            if d["offset"] < pos or d["offset"] - pos >= ALIGN:
+                raise bad(f"section {d['name']} at an impossible offset")
+            if any(f.read(d["offset"] - pos)):
+                raise bad(f"non-zero padding before section {d['name']} (corrupt)")
+            a = np.empty(d["nbytes"], dtype=np.uint8)
+            if f.readinto(memoryview(a)) != d["nbytes"]:
+                raise bad(f"truncated in section {d['name']}")
+            if (_crc(a) if d["nbytes"] else 0) != d["crc32"]:
+                raise bad(f"checksum mismatch in section {d['name']} (corrupt)")
+            pos = d["offset"] + d["nbytes"]
+            sections[d["name"]] = a.view(dt).reshape(d["shape"])
+    return Snapshot(path, name, meta, sections, size, time.perf_counter() - t0)
+
+
+# ----------------------------------------------------------------------------- insert log
+_LOG_MAGIC = b"PBLOG\x00\x00\x01"
+_REC = struct.Struct("<IQ")
+
+
+class InsertLog:
+    """Append-only, checksummed log of acknowledged inserts (see the module doc)."""
+
+    def __init__(self, directory, meta_size: int, sync: bool = True):
+        self.directory = os.fspath(directory)
+        os.makedirs(self.directory, exist_ok=True)
+        self.path = os.path.join(self.directory, LOG_FILE)
+        self.meta_size = meta_size
+        self.sync = sync
+        self.seq = 0
+        self.dropped_bytes = 0
+        good = 0
+        if os.path.exists(self.path):
+            for seq, _ids, _m, end in read_log(self.directory, meta_size, 1 << 63, self):
+                self.seq, good = seq, end
+        self._f = open(self.path, "r+b" if os.path.exists(self.path) else "w+b")
+        if good == 0:
+            self._f.truncate(0)
+            self._f.write(_LOG_MAGIC + _U32.pack(meta_size))
+            good = self._f.tell()
+        else:
+            self._f.truncate(good)       # a torn tail was never acknowledged
+        self._f.seek(good)
+        if sync:
+            self._f.flush()
+            os.fsync(self._f.fileno())
+            _fsync_dir(self.directory)
+
+    def append(self, ids: np.ndarray, metas: np.ndarray) -> int:
+        ids = np.ascontiguousarray(ids, dtype="<u8")
+        metas = np.ascontiguousarray(metas, dtype=np.uint8)
+        self.seq += 1
+        body = _REC.pack(len(ids), self.seq) + ids.tobytes() + metas.tobytes()
+        self._f.write(body + _U32.pack(zlib.crc32(body)))
+        self._f.flush()
+        if self.sync:
+            os.fdatasync(self._f.fileno())
+        return self.seq
+
+    def close(self) -> None:
+        if not self._f.closed:
+            self._f.close()
+
+
+def read_log(directory, meta_size: int, after: int = 0, owner=None):
+    """Yield ``(seq, ids, metas, end offset)`` of intact records with ``seq > after``.
+
+    Stops at the first torn or corrupt record (the crash tail) and records the
+    dropped byte count on ``owner.dropped_bytes`` when given.
+    """
+    path = os.path.join(os.fspath(directory), LOG_FILE)
+    if not os.path.exists(path):
+        return
+    with open(path, "rb") as f:
+        data = f.read()
+    hs = len(_LOG_MAGIC) + _U32.size
+    if len(data) < hs or data[:len(_LOG_MAGIC)] != _LOG_MAGIC:
+        raise SnapshotError(f"insert log {path}: not a prefixbench insert log (bad magic)")
+    (ms,) = _U32.unpack_from(data, len(_LOG_MAGIC))
+    if ms != meta_size:
+        raise SnapshotError(f"insert log {path}: meta_size {ms}, expected {meta_size}")
+    pos = hs
+    while pos < len(data):
+        if pos + _REC.size > len(data):
+            break
+        n, seq = _REC.unpack_from(data, pos)
+        end = pos + _REC.size + n * (8 + ms) + _U32.size
+        if end > len(data):
+            break
+        (ck,) = _U32.unpack_from(data, end - _U32.size)
+        if zlib.crc32(memoryview(data)[pos:end - _U32.size]) != ck:
+            break
+        if seq > after:
+            b = pos + _REC.size
+            ids = np.frombuffer(data, dtype="<u8", count=n, offset=b).astype(np.uint64)
+            metas = np.frombuffer(data, dtype=np.uint8, count=n * ms,
+                                  offset=b + 8 * n).reshape(n, ms)
+            yield seq, ids, metas, end
+        else:
+            yield seq, None, None, end
+        pos = end
+    if owner is not None:
+        owner.dropped_bytes = len(data) - pos
+
+
+def log_first_seq(directory, meta_size: int) -> int:
+    """Sequence number of the log's first intact record (0 if none): a log that
+    starts at 1 holds every insert ever acknowledged."""
+    for seq, _i, _m, _e in read_log(directory, meta_size, after=1 << 63):
+        return seq
+    return 0

@@ -1,0 +1,101 @@
+"""``prefixbench recover`` (fresh-process recovery benchmark) and ``prefixbench crashtest``."""
+import json
+
+import pyperf
+import pytest
+
+from prefixbench.harness.crashtest import CrashSpec, run_crashtest
+from prefixbench.harness.errors import ConfigError
+from prefixbench.harness.recovery import parse_count
+
+
+def test_parse_count():
+    assert parse_count("--entries", "1e7") == 10_000_000
+    assert parse_count("--entries", "10M") == 10_000_000
+    assert parse_count("--entries", "2500") == 2500
+    with pytest.raises(ConfigError, match="--entries"):
+        parse_count("--entries", "lots")
+
+
+@pytest.mark.parametrize("strategy,engine", [("sarp", "lmdb"), ("dram-blockhash", None),
+                                             ("segment-radix", "rocksdb")])
+def test_recover_command_writes_pyperf_suites(tmp_path, run_cli, strategy, engine):
+    out = tmp_path / "rec.json"
+    args = ["-q", "recover", "-s", strategy, "-n", "3e4", "-o", out]
+    if engine:
+        args += ["-e", engine]
+    code, stdout, err = run_cli(*args)
+    assert code == 0, err
+    assert "(equal)" in stdout and "load / init / deserialize / rebuild" in stdout
+    times = pyperf.BenchmarkSuite.load(str(out))
+    names = set(times.get_benchmark_names())
+    assert {"recovery-total", "recovery-process-start-to-first-match"} <= names
+    counts = pyperf.BenchmarkSuite.load(str(tmp_path / "rec.counts.json"))
+    assert {"snapshot-bytes", "peak-rss", "unique-block-entries"} <= set(
+        counts.get_benchmark_names())
+    md = times.get_benchmarks()[0].get_metadata()
+    assert md["strategy"] == strategy and md["recovery_source"] == "snapshot"
+
+
+def test_recover_needs_an_engine_for_store_strategies(run_cli):
+    code, _out, err = run_cli("recover", "-s", "sarp", "-n", "1000")
+    assert code != 0 and "--engine" in err and len(err.strip().splitlines()) == 1
+
+
+def test_crashtest_refuses_a_volatile_engine():
+    with pytest.raises(ConfigError, match="volatile"):
+        run_crashtest(CrashSpec(strategies=["sarp"], engines=["memory"], iterations=1))
+
+
+def test_crashtest_loses_nothing_on_two_engines():
+    spec = CrashSpec(strategies=["sarp", "dram-blockhash"], engines=["lmdb", "rocksdb"],
+                     iterations=2, seed=100, snapshot_every=25, max_kill_ms=700)
+    rows = run_crashtest(spec)
+    assert len(rows) == 4
+    for r in rows:
+        assert r["iterations"] == 2
+        assert r["lost"] == 0 and r["false"] == 0 and r["recovery_failures"] == 0, r
+        assert r["failures"] == 0
+    assert sum(r["acked"] for r in rows) > 0
+
+
+def test_crashtest_checker_reports_lost_inserts(tmp_path):
+    """The checker is not vacuous: acknowledgements the store never saw count as lost."""
+    import subprocess
+    from prefixbench.harness.crashtest import _py
+    cfg = {"strategy": "sarp", "engine": "lmdb", "seed": 5,
+           "strategy_options": {"max_retrieval": 0}, "workload": "codeact",
+           "workload_options": {}, "offset": 0, "store_dir": str(tmp_path / "store"),
+           "snapshot_dir": str(tmp_path / "snap"), "ack_log": str(tmp_path / "acks"),
+           "snapshot_every": 0, "durability": "sync"}
+    (tmp_path / "acks").write_text("".join(f"{i}\n" for i in range(10)) + "1")
+    path = tmp_path / "cfg.json"
+    path.write_text(json.dumps(cfg))
+    out, _err = _py("_verify_main", str(path), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                    text=True).communicate()
+    res = json.loads(out.strip().splitlines()[-1])
+    assert res["acked"] == 10 and res["lost"] == 10 and res["error"] is None
+
+
+def test_sarp_python_directory_round_trip(tmp_path):
+    import numpy as np
+    from prefixbench.engines.base import StoreConfig
+    from prefixbench.engines.memory import MemoryStore
+    from prefixbench.harness.metas import make_metas
+    from prefixbench.plugins.sarp import SarpStrategy
+    store = MemoryStore(StoreConfig())
+    opts = {"S": 16, "directory": "python", "backfill": "sync", "tau": 3}
+    s = SarpStrategy(store, opts)
+    rng = np.random.default_rng(0)
+    base = rng.integers(1, 1 << 63, size=40, dtype=np.uint64)
+    seqs = [np.concatenate([base[:int(rng.integers(0, 40))],
+                            rng.integers(1, 1 << 63, size=20, dtype=np.uint64)])
+            for _ in range(30)]
+    for i, q in enumerate(seqs):
+        s.insert(q, make_metas(q, i))
+    before = [s.match(q).n_blocks for q in seqs]
+    s.snapshot(tmp_path)
+    r = SarpStrategy.recover(store, tmp_path, opts)
+    assert [r.match(q).n_blocks for q in seqs] == before
+    assert {k: v.tolist() for k, v in r.dir.dump().items()} == \
+        {k: v.tolist() for k, v in s.dir.dump().items()}
