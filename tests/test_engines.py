@@ -240,7 +240,7 @@ def test_wiredtiger_batch_larger_than_the_cache_is_a_clear_error(tmp_path):
     with WiredTigerStore(StoreConfig(path=str(tmp_path / "s"), cache_bytes=1 << 20)) as s:
         s.put(1, b"kept")
         with pytest.raises(StoreError, match="does not fit in the 1 MiB cache"):
-            s.put_many((k, bytes(16)) for k in range(2, 20000))
+            s.put_many((k, bytes(64)) for k in range(2, 100_000))   # ~6 MiB: never fits
         assert s.get(1) == b"kept" and s.get(2) is None
         s.put(3, b"still usable")
         assert s.get(3) == b"still usable"
