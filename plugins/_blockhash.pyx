@@ -24,37 +24,14 @@ from prefixbench.plugins.strategy import Match
 
 cnp.import_array()
 
+include "_rwlock.pxi"
+
 cdef extern from *:
     """
-    #include <pthread.h>
-    typedef struct { pthread_rwlock_t l; } pbh_rwlock;
-    static int pbh_rwlock_init(pbh_rwlock *x) {
-        pthread_rwlockattr_t a;
-        int r;
-        pthread_rwlockattr_init(&a);
-    #if defined(__GLIBC__)
-        /* request threads alternate match/insert: never starve the writer */
-        pthread_rwlockattr_setkind_np(&a, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
-    #endif
-        r = pthread_rwlock_init(&x->l, &a);
-        pthread_rwlockattr_destroy(&a);
-        return r;
-    }
-    static inline void pbh_rdlock(pbh_rwlock *x) { pthread_rwlock_rdlock(&x->l); }
-    static inline void pbh_wrlock(pbh_rwlock *x) { pthread_rwlock_wrlock(&x->l); }
-    static inline void pbh_unlock(pbh_rwlock *x) { pthread_rwlock_unlock(&x->l); }
-    static inline void pbh_rwlock_destroy(pbh_rwlock *x) { pthread_rwlock_destroy(&x->l); }
     static inline void pbh_count(unsigned long long *p, unsigned long long v) {
         __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
     }
     """
-    ctypedef struct pbh_rwlock:
-        pass
-    int pbh_rwlock_init(pbh_rwlock *x) nogil
-    void pbh_rdlock(pbh_rwlock *x) nogil
-    void pbh_wrlock(pbh_rwlock *x) nogil
-    void pbh_unlock(pbh_rwlock *x) nogil
-    void pbh_rwlock_destroy(pbh_rwlock *x) nogil
     void pbh_count(unsigned long long *p, unsigned long long v) nogil
 
 
@@ -102,7 +79,7 @@ cdef class BlockHashTable:
     cdef readonly Py_ssize_t meta_size
     cdef readonly double max_load
     cdef unsigned long long n_lookups, n_hits, n_matches
-    cdef pbh_rwlock lock
+    cdef pb_rwlock lock
     cdef bint lock_ok
 
     def __cinit__(self, Py_ssize_t meta_size=16, Py_ssize_t initial_capacity=1024,
@@ -124,7 +101,7 @@ cdef class BlockHashTable:
         if self._alloc(bits, &self.keys, &self.metas) != 0:
             raise MemoryError(f"block-hash table: cannot allocate 2**{bits} slots")
         self._set_bits(bits)
-        if pbh_rwlock_init(&self.lock) != 0:
+        if pb_rwlock_init(&self.lock) != 0:
             raise MemoryError("cannot create the table lock")
         self.lock_ok = True
 
@@ -133,7 +110,7 @@ cdef class BlockHashTable:
         free(self.metas)
         free(self.zero_meta)
         if self.lock_ok:
-            pbh_rwlock_destroy(&self.lock)
+            pb_rwlock_destroy(&self.lock)
 
     cdef int _alloc(self, int bits, uint64_t** keys, uint8_t** metas) noexcept nogil:
         cdef uint64_t n = 1ULL << bits
@@ -247,9 +224,9 @@ cdef class BlockHashTable:
         cdef const uint64_t* q = <const uint64_t*>cnp.PyArray_DATA(a)
         cdef uint8_t* o = <uint8_t*>cnp.PyArray_DATA(out)
         with nogil:
-            pbh_rdlock(&self.lock)
+            pb_rdlock(&self.lock)
             got = self._match(q, n, o)
-            pbh_unlock(&self.lock)
+            pb_unlock(&self.lock)
             pbh_count(&self.n_matches, 1)
             pbh_count(&self.n_lookups, got + (got < n))
             pbh_count(&self.n_hits, got)
@@ -269,13 +246,13 @@ cdef class BlockHashTable:
         if n == 0:
             return 0
         with nogil:
-            pbh_wrlock(&self.lock)
+            pb_wrlock(&self.lock)
             for i in range(n):
                 r = self._put(q[i], mp + i * ms)
                 if r < 0:
                     break
                 added += r
-            pbh_unlock(&self.lock)
+            pb_unlock(&self.lock)
         if r < 0:
             raise MemoryError("block-hash table: out of memory while growing")
         return added
@@ -291,23 +268,23 @@ cdef class BlockHashTable:
         cdef uint8_t* o = <uint8_t*>cnp.PyArray_DATA(out)
         cdef const uint8_t* mp
         with nogil:
-            pbh_rdlock(&self.lock)
+            pb_rdlock(&self.lock)
             for i in range(n):
                 mp = self._find(q[i])
                 if mp != NULL:
                     f[i] = 1
                     memcpy(o + i * ms, mp, ms)
-            pbh_unlock(&self.lock)
+            pb_unlock(&self.lock)
         return found, out
 
     def reserve(self, Py_ssize_t entries):
         """Grow now so that ``entries`` keys fit without a rehash later."""
         cdef int r = 0
         with nogil:
-            pbh_wrlock(&self.lock)
+            pb_wrlock(&self.lock)
             while <double>self.grow_at < <double>entries and r == 0:
                 r = self._grow()
-            pbh_unlock(&self.lock)
+            pb_unlock(&self.lock)
         if r != 0:
             raise MemoryError(f"block-hash table: cannot reserve {entries} entries")
 
@@ -323,7 +300,7 @@ cdef class BlockHashTable:
         cdef uint64_t* kp
         cdef uint8_t* mp
         with nogil:
-            pbh_rdlock(&self.lock)
+            pb_rdlock(&self.lock)
         try:
             n = self.count
             dims[0] = <cnp.npy_intp>n
@@ -343,7 +320,7 @@ cdef class BlockHashTable:
                         memcpy(mp + c * ms, self.metas + i * ms, ms)
                         c += 1
         finally:
-            pbh_unlock(&self.lock)
+            pb_unlock(&self.lock)
         return ko, mo
 
     def __len__(self):

@@ -27,33 +27,7 @@ from libc.string cimport memmove, memcpy
 
 cnp.import_array()
 
-cdef extern from *:
-    """
-    #include <pthread.h>
-    typedef struct { pthread_rwlock_t l; } sarp_rwlock;
-    static int sarp_rwlock_init(sarp_rwlock *x) {
-        pthread_rwlockattr_t a;
-        int r;
-        pthread_rwlockattr_init(&a);
-    #if defined(__GLIBC__)
-        pthread_rwlockattr_setkind_np(&a, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
-    #endif
-        r = pthread_rwlock_init(&x->l, &a);
-        pthread_rwlockattr_destroy(&a);
-        return r;
-    }
-    static inline void sarp_rdlock(sarp_rwlock *x) { pthread_rwlock_rdlock(&x->l); }
-    static inline void sarp_wrlock(sarp_rwlock *x) { pthread_rwlock_wrlock(&x->l); }
-    static inline void sarp_unlock(sarp_rwlock *x) { pthread_rwlock_unlock(&x->l); }
-    static inline void sarp_rwlock_destroy(sarp_rwlock *x) { pthread_rwlock_destroy(&x->l); }
-    """
-    ctypedef struct sarp_rwlock:
-        pass
-    int sarp_rwlock_init(sarp_rwlock *x) nogil
-    void sarp_rdlock(sarp_rwlock *x) nogil
-    void sarp_wrlock(sarp_rwlock *x) nogil
-    void sarp_unlock(sarp_rwlock *x) nogil
-    void sarp_rwlock_destroy(sarp_rwlock *x) nogil
+include "_rwlock.pxi"
 
 
 # ----------------------------------------------------------------------------- filters
@@ -231,7 +205,7 @@ cdef class RoutingDirectory:
     cdef uint64_t n_slots
     cdef int64_t n_post
     cdef int64_t post_bytes
-    cdef sarp_rwlock lock
+    cdef pb_rwlock lock
     cdef bint lock_ok
 
     def __cinit__(self):
@@ -247,7 +221,7 @@ cdef class RoutingDirectory:
         self.n_ent = 0
         self.n_post = 0
         self.post_bytes = 0
-        if sarp_rwlock_init(&self.lock) != 0:
+        if pb_rwlock_init(&self.lock) != 0:
             raise MemoryError("cannot create the directory lock")
         self.lock_ok = True
 
@@ -259,7 +233,7 @@ cdef class RoutingDirectory:
         free(self.entries)
         free(self.slots)
         if self.lock_ok:
-            sarp_rwlock_destroy(&self.lock)
+            pb_rwlock_destroy(&self.lock)
 
     # ---- table --------------------------------------------------------------
     cdef inline Py_ssize_t _find(self, uint64_t key) noexcept nogil:
@@ -377,7 +351,7 @@ cdef class RoutingDirectory:
         if seg > MAX_SEG:
             raise OverflowError(f"segment id {seg} does not fit the 32-bit posting reference")
         with nogil:
-            sarp_wrlock(&self.lock)
+            pb_wrlock(&self.lock)
             e = self._find(key)
             if e < 0:
                 e = self._create(key, off, visible_if_new)
@@ -387,7 +361,7 @@ cdef class RoutingDirectory:
                 ent = &self.entries[e]
                 r = self._add(ent, filt, <uint32_t>seg, True)
                 size, vis, ns, rs = ent.n, ent.visible, ent.next_state, ent.refine_state
-            sarp_unlock(&self.lock)
+            pb_unlock(&self.lock)
         if r < 0:
             raise MemoryError("routing directory: out of memory")
         return size, bool(vis), ns, rs
@@ -396,14 +370,14 @@ cdef class RoutingDirectory:
         """Set an entry's pruning (``next_state``) or refinement state; -1 keeps it."""
         cdef Py_ssize_t e
         with nogil:
-            sarp_wrlock(&self.lock)
+            pb_wrlock(&self.lock)
             e = self._find(key)
             if e >= 0:
                 if next_state >= 0:
                     self.entries[e].next_state = <uint8_t>next_state
                 if refine_state >= 0:
                     self.entries[e].refine_state = <uint8_t>refine_state
-            sarp_unlock(&self.lock)
+            pb_unlock(&self.lock)
         if e < 0:
             raise KeyError(key)
 
@@ -424,7 +398,7 @@ cdef class RoutingDirectory:
             if s[i] > MAX_SEG:
                 raise OverflowError(f"segment id {s[i]} does not fit the 32-bit posting reference")
         with nogil:
-            sarp_wrlock(&self.lock)
+            pb_wrlock(&self.lock)
             for i in range(n):
                 e = self._find(k[i])
                 if e < 0:
@@ -446,7 +420,7 @@ cdef class RoutingDirectory:
                     self.entries[e].next_state = 2
                 else:
                     self.entries[e].refine_state = 2
-            sarp_unlock(&self.lock)
+            pb_unlock(&self.lock)
         if r < 0:
             raise MemoryError("routing directory: out of memory")
 
@@ -457,13 +431,13 @@ cdef class RoutingDirectory:
         cdef uint32_t off = 0, size = 0
         cdef uint8_t vis = 0, ns = 0, rs = 0
         with nogil:
-            sarp_rdlock(&self.lock)
+            pb_rdlock(&self.lock)
             e = self._find(key)
             if e >= 0:
                 off, size = self.entries[e].off, self.entries[e].n
                 vis, ns, rs = self.entries[e].visible, self.entries[e].next_state, \
                     self.entries[e].refine_state
-            sarp_unlock(&self.lock)
+            pb_unlock(&self.lock)
         if e < 0:
             return None
         return off, size, bool(vis), ns, rs
@@ -473,14 +447,14 @@ cdef class RoutingDirectory:
         cdef Py_ssize_t e, i, n = 0
         cdef Posting* tmp = NULL
         with nogil:
-            sarp_rdlock(&self.lock)
+            pb_rdlock(&self.lock)
             e = self._find(key)
             if e >= 0:
                 n = self.entries[e].n
                 tmp = <Posting*>malloc((n if n else 1) * sizeof(Posting))
                 if tmp != NULL and n:
                     memcpy(tmp, self.entries[e].list, n * sizeof(Posting))
-            sarp_unlock(&self.lock)
+            pb_unlock(&self.lock)
         if e < 0:
             raise KeyError(key)
         if tmp == NULL:
@@ -561,7 +535,7 @@ cdef class RoutingDirectory:
         cdef uint64_t qfj = 0
         cdef int64_t offj = 0
         with nogil:
-            sarp_rdlock(&self.lock)
+            pb_rdlock(&self.lock)
             for j in range(nk):
                 e = self._find(k[j])
                 if e >= 0 and self.entries[e].visible and self.entries[e].n > 0:
@@ -622,7 +596,7 @@ cdef class RoutingDirectory:
                             plo = lo
                             phi = hi
                             kk -= 1
-            sarp_unlock(&self.lock)
+            pb_unlock(&self.lock)
         if e >= 0 and (out_s == NULL or out_p == NULL or (cnt < m and m > 0)):
             free(out_s)
             free(out_p)
@@ -641,7 +615,7 @@ cdef class RoutingDirectory:
     def dump(self):
         """Every entry and posting (tests, snapshots): a dict of arrays."""
         cdef Py_ssize_t i, t, c = 0
-        sarp_rdlock(&self.lock)
+        pb_rdlock(&self.lock)
         try:
             ne = self.n_ent
             keys = np.empty(ne, dtype=np.uint64)
@@ -667,7 +641,7 @@ cdef class RoutingDirectory:
                     ps[c] = self.entries[i].list[t].seg
                     c += 1
         finally:
-            sarp_unlock(&self.lock)
+            pb_unlock(&self.lock)
         return {"keys": keys, "offs": offs, "visible": vis, "next_state": nxt,
                 "refine_state": ref, "sizes": sizes, "entry": pent, "filters": pf, "segs": ps}
 
@@ -695,7 +669,7 @@ cdef class RoutingDirectory:
         if sg.shape[0] and int(np.asarray(sg).max()) > MAX_SEG:
             raise OverflowError("load: a segment id does not fit the 32-bit posting reference")
         with nogil:
-            sarp_wrlock(&self.lock)
+            pb_wrlock(&self.lock)
             for i in range(n):
                 e = self._create(k[i], o[i], v[i])
                 if e < 0:
@@ -717,7 +691,7 @@ cdef class RoutingDirectory:
                         ent.list[t].filt = f[c]
                         ent.list[t].seg = <uint32_t>sg[c]
                         c += 1
-            sarp_unlock(&self.lock)
+            pb_unlock(&self.lock)
         if r < 0:
             raise MemoryError("routing directory: out of memory")
 
@@ -727,7 +701,7 @@ cdef class RoutingDirectory:
         cdef Py_ssize_t i, t
         cdef bint ok = True
         bad = ""
-        sarp_rdlock(&self.lock)
+        pb_rdlock(&self.lock)
         try:
             for i in range(self.n_ent):
                 if self._find(self.entries[i].key) != i:
@@ -745,7 +719,7 @@ cdef class RoutingDirectory:
                     bad = f"entry {i} lists a segment twice"
                     break
         finally:
-            sarp_unlock(&self.lock)
+            pb_unlock(&self.lock)
         if bad:
             raise AssertionError(bad)
         return True
