@@ -29,24 +29,16 @@ import numpy as np
 from prefixbench.harness.errors import ConfigError, StoreError
 from prefixbench.plugins._blockhash import BlockHashTable
 from prefixbench.plugins.hookspecs import hookimpl
-from prefixbench.plugins.strategy import META_SIZE, IndexStrategy, Match, Option
+from prefixbench.plugins.strategy import (
+    IndexStrategy,
+    META_SIZE,
+    Match,
+    Option,
+    as_block_ids,
+    as_metas,
+)
 
 __all__ = ["BlockHashTable", "BlockHashTablePy", "DramBlockHashStrategy", "SsdBlockHashStrategy"]
-
-
-def _ids(block_ids) -> np.ndarray:
-    a = np.ascontiguousarray(block_ids, dtype=np.uint64)
-    if a.ndim != 1:
-        raise ValueError(f"block ids must be a 1-D uint64 array, got shape {a.shape}")
-    return a
-
-
-def _metas(metas, n: int, meta_size: int) -> np.ndarray:
-    m = np.ascontiguousarray(metas, dtype=np.uint8)
-    if m.shape != (n, meta_size):
-        raise ValueError(f"metas must be a uint8 array of shape ({n}, {meta_size}), "
-                         f"got shape {m.shape}")
-    return m
 
 
 def _check_meta_size(meta_size: int) -> None:
@@ -63,7 +55,7 @@ class BlockHashTablePy:
         self._matches = self._lookups = self._hits = 0
 
     def match(self, block_ids) -> Match:
-        ids = [int(x) for x in _ids(block_ids)]
+        ids = [int(x) for x in as_block_ids(block_ids)]
         rows = []
         for k in ids:
             v = self._d.get(k)
@@ -78,8 +70,8 @@ class BlockHashTablePy:
         return Match(n, out)
 
     def insert(self, block_ids, metas) -> int:
-        ids = _ids(block_ids)
-        m = _metas(metas, len(ids), self.meta_size)
+        ids = as_block_ids(block_ids)
+        m = as_metas(metas, len(ids), self.meta_size)
         added = 0
         for j, k in enumerate(ids.tolist()):
             if k not in self._d:
@@ -88,7 +80,7 @@ class BlockHashTablePy:
         return added
 
     def lookup(self, block_ids):
-        ids = _ids(block_ids)
+        ids = as_block_ids(block_ids)
         found = np.zeros(len(ids), dtype=np.bool_)
         out = np.zeros((len(ids), self.meta_size), dtype=np.uint8)
         for j, k in enumerate(ids.tolist()):
@@ -215,7 +207,7 @@ class SsdBlockHashStrategy(IndexStrategy):
         return vals, reads
 
     def match(self, block_ids: np.ndarray) -> Match:
-        keys = _ids(block_ids).tolist()
+        keys = as_block_ids(block_ids).tolist()
         vals, reads = self._values(keys)
         with self._count_lock:
             self._matches += 1
@@ -231,9 +223,9 @@ class SsdBlockHashStrategy(IndexStrategy):
         return Match(n, np.frombuffer(buf, dtype=np.uint8).reshape(n, ms))
 
     def insert(self, block_ids: np.ndarray, metas: np.ndarray) -> None:
-        ids = _ids(block_ids)
+        ids = as_block_ids(block_ids)
         n, ms = len(ids), self.meta_size
-        raw = _metas(metas, n, ms).tobytes()
+        raw = as_metas(metas, n, ms).tobytes()
         if n == 0:
             return
         keys = ids.tolist()

@@ -17,16 +17,20 @@ import numpy as np
 from prefixbench.harness.errors import ConfigError
 from prefixbench.plugins._radix import RadixTree
 from prefixbench.plugins.hookspecs import hookimpl
-from prefixbench.plugins.strategy import META_SIZE, IndexStrategy, Match, Option
+from prefixbench.plugins.strategy import (
+    META_SIZE,
+    IndexStrategy,
+    Match,
+    Option,
+    as_block_ids,
+    as_metas,
+)
 
 __all__ = ["RadixStrategy", "RadixTree", "RadixTreePy"]
 
 
 def _id_list(block_ids) -> list:
-    a = np.asarray(block_ids, dtype=np.uint64)
-    if a.ndim != 1:
-        raise ValueError(f"block ids must be a 1-D uint64 array, got shape {a.shape}")
-    return a.tolist()
+    return as_block_ids(block_ids).tolist()
 
 
 class _PyNode:
@@ -76,10 +80,7 @@ class RadixTreePy:
 
     def insert(self, block_ids, metas) -> None:
         ids = _id_list(block_ids)
-        metas = np.asarray(metas, dtype=np.uint8)
-        if metas.shape != (len(ids), self.meta_size):
-            raise ValueError(f"metas must be a uint8 array of shape ({len(ids)}, {self.meta_size}), "
-                             f"got shape {metas.shape}")
+        metas = as_metas(metas, len(ids), self.meta_size)
         rows = [metas[j].tobytes() for j in range(len(ids))]
         node, i = self.root, 0
         while i < len(ids):

@@ -92,7 +92,14 @@ from prefixbench.plugins._sarp import RoutingDirectory
 from prefixbench.plugins.hookspecs import hookimpl
 from prefixbench.plugins.segments import (SEGMENT_KEY_LIMIT, Segment, SegmentLayer, max_key,
                                           verify_raws, verify_raws_py)
-from prefixbench.plugins.strategy import META_SIZE, IndexStrategy, Match, Option
+from prefixbench.plugins.strategy import (
+    META_SIZE,
+    IndexStrategy,
+    Match,
+    Option,
+    as_block_ids,
+    as_metas,
+)
 
 __all__ = ["SarpStrategy", "RoutingDirectory", "RoutingDirectoryPy", "filters_py",
            "max_potential_py", "NONE", "PENDING", "LIVE"]
@@ -475,9 +482,7 @@ class SarpStrategy(IndexStrategy):
 
     # ------------------------------------------------------------------ match
     def match(self, block_ids: np.ndarray) -> Match:
-        q = np.ascontiguousarray(block_ids, dtype=np.uint64)
-        if q.ndim != 1:
-            raise ValueError(f"block ids must be a 1-D uint64 array, got shape {q.shape}")
+        q = as_block_ids(block_ids)
         S, n = self.S, len(q)
         parts, pos = [], 0
         windows = uses = before = after = retrieved = extra = 0
@@ -518,14 +523,9 @@ class SarpStrategy(IndexStrategy):
 
     # ------------------------------------------------------------------ insert
     def insert(self, block_ids: np.ndarray, metas: np.ndarray) -> None:
-        x = np.ascontiguousarray(block_ids, dtype=np.uint64)
-        if x.ndim != 1:
-            raise ValueError(f"block ids must be a 1-D uint64 array, got shape {x.shape}")
+        x = as_block_ids(block_ids)
         n, S = len(x), self.S
-        xm = np.ascontiguousarray(metas, dtype=np.uint8)
-        if xm.shape != (n, self.meta_size):
-            raise ValueError(f"metas must be a uint8 array of shape ({n}, {self.meta_size}), "
-                             f"got shape {xm.shape}")
+        xm = as_metas(metas, n, self.meta_size)
         if n == 0:
             return
         self._check_worker()

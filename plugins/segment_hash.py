@@ -48,7 +48,14 @@ from prefixbench.plugins._segment_hash import encode_records
 from prefixbench.plugins.hookspecs import hookimpl
 from prefixbench.plugins.segments import (CorruptSegmentError, Segment, common_prefix,
                                           decode_segment, encode_segment)
-from prefixbench.plugins.strategy import META_SIZE, IndexStrategy, Match, Option
+from prefixbench.plugins.strategy import (
+    IndexStrategy,
+    META_SIZE,
+    Match,
+    Option,
+    as_block_ids,
+    as_metas,
+)
 
 __all__ = ["SegmentHashStrategy", "HASH_KEY_SPACE", "record_keys", "record_spans",
            "encode_records", "encode_records_py"]
@@ -161,7 +168,7 @@ class SegmentHashStrategy(IndexStrategy):
 
     # ------------------------------------------------------------------ API
     def match(self, block_ids: np.ndarray) -> Match:
-        q = _ids(block_ids)
+        q = as_block_ids(block_ids)
         n, parts, reads, fallback, corrupt = self._find(q)
         with self._count_lock:
             self._matches += 1
@@ -173,9 +180,9 @@ class SegmentHashStrategy(IndexStrategy):
         return Match(n, parts[0] if len(parts) == 1 else np.concatenate(parts))
 
     def insert(self, block_ids: np.ndarray, metas: np.ndarray) -> None:
-        q = _ids(block_ids)
+        q = as_block_ids(block_ids)
         n, ms = len(q), self.meta_size
-        m = _metas(metas, n, ms)
+        m = as_metas(metas, n, ms)
         if n == 0:
             return
         with self._insert_lock:
@@ -223,21 +230,6 @@ class SegmentHashStrategy(IndexStrategy):
             "insert_reads": self._insert_reads,
             "corrupt_segments": self._corrupt,
         }
-
-
-def _ids(block_ids) -> np.ndarray:
-    a = np.ascontiguousarray(block_ids, dtype=np.uint64)
-    if a.ndim != 1:
-        raise ValueError(f"block ids must be a 1-D uint64 array, got shape {a.shape}")
-    return a
-
-
-def _metas(metas, n: int, meta_size: int) -> np.ndarray:
-    m = np.ascontiguousarray(metas, dtype=np.uint8)
-    if m.shape != (n, meta_size):
-        raise ValueError(f"metas must be a uint8 array of shape ({n}, {meta_size}), "
-                         f"got shape {m.shape}")
-    return m
 
 
 @hookimpl

@@ -66,7 +66,14 @@ import numpy as np
 from prefixbench.harness.errors import ConfigError
 from prefixbench.plugins.hookspecs import hookimpl
 from prefixbench.plugins.segments import SegmentLayer, common_prefix
-from prefixbench.plugins.strategy import META_SIZE, IndexStrategy, Match, Option
+from prefixbench.plugins.strategy import (
+    IndexStrategy,
+    META_SIZE,
+    Match,
+    Option,
+    as_block_ids,
+    as_metas,
+)
 
 __all__ = ["SegmentRadixStrategy", "CappedSegmentRadixStrategy", "SPILL_KEY_SPACE"]
 
@@ -262,7 +269,7 @@ class SegmentRadixStrategy(IndexStrategy):
 
     # ------------------------------------------------------------------ match
     def match(self, block_ids: np.ndarray) -> Match:
-        q = _ids(block_ids)
+        q = as_block_ids(block_ids)
         n = len(q)
         with self._lock:
             spill0 = self._nodes.spill_reads
@@ -282,9 +289,9 @@ class SegmentRadixStrategy(IndexStrategy):
 
     # ------------------------------------------------------------------ insert
     def insert(self, block_ids: np.ndarray, metas: np.ndarray) -> None:
-        q = _ids(block_ids)
+        q = as_block_ids(block_ids)
         n, S = len(q), self.S
-        m = _metas(metas, n, self.meta_size)
+        m = as_metas(metas, n, self.meta_size)
         if n == 0:
             return
         with self._lock:
@@ -466,21 +473,6 @@ class CappedSegmentRadixStrategy(SegmentRadixStrategy):
         "cap_nodes": Option(1024, "tree nodes kept in memory (about 72 KiB); the rest spill "
                             "to the engine", min=1, max=1 << 40),
     }
-
-
-def _ids(block_ids) -> np.ndarray:
-    a = np.ascontiguousarray(block_ids, dtype=np.uint64)
-    if a.ndim != 1:
-        raise ValueError(f"block ids must be a 1-D uint64 array, got shape {a.shape}")
-    return a
-
-
-def _metas(metas, n: int, meta_size: int) -> np.ndarray:
-    m = np.ascontiguousarray(metas, dtype=np.uint8)
-    if m.shape != (n, meta_size):
-        raise ValueError(f"metas must be a uint8 array of shape ({n}, {meta_size}), "
-                         f"got shape {m.shape}")
-    return m
 
 
 @hookimpl

@@ -61,6 +61,23 @@ META_SIZE = 16
 EMPTY_IDS = np.empty(0, dtype=np.uint64)
 
 
+def as_block_ids(block_ids) -> np.ndarray:
+    """``block_ids`` as a contiguous 1-D uint64 array (no copy if it already is one)."""
+    a = np.ascontiguousarray(block_ids, dtype=np.uint64)
+    if a.ndim != 1:
+        raise ValueError(f"block ids must be a 1-D uint64 array, got shape {a.shape}")
+    return a
+
+
+def as_metas(metas, n: int, meta_size: int) -> np.ndarray:
+    """``metas`` as a contiguous uint8 array of shape ``(n, meta_size)``."""
+    m = np.ascontiguousarray(metas, dtype=np.uint8)
+    if m.shape != (n, meta_size):
+        raise ValueError(f"metas must be a uint8 array of shape ({n}, {meta_size}), "
+                         f"got shape {m.shape}")
+    return m
+
+
 @dataclass
 class Match:
     n_blocks: int
