@@ -15,16 +15,12 @@ last-block point all occur within a few dozen blocks.  Invariants:
 """
 from __future__ import annotations
 
-import importlib
-import shutil
-import tempfile
 import threading
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from prefixbench.engines.base import StoreConfig
 from prefixbench.engines.memory import MemoryStore
 from prefixbench.harness.blockids import chain_ids
 from prefixbench.harness.errors import ConfigError
@@ -42,6 +38,8 @@ from prefixbench.plugins.sarp import (
 )
 from prefixbench.workloads.synthetic import make_synthetic
 
+from engine_support import ENGINE_NAMES, Stores
+
 H0 = 0x5A4B
 MS = 8
 SETTINGS = settings(max_examples=60, deadline=None,
@@ -50,45 +48,6 @@ SETTINGS = settings(max_examples=60, deadline=None,
 #: a small geometry where every mechanism fires
 SMALL = {"S": 8, "R": 2, "N": 4, "b": 16, "stride": 1, "tau": 2, "pruning_threshold": 1,
          "backfill": "sync", "filtering": True}
-
-
-def _engines() -> dict:
-    found = {"memory": MemoryStore}
-    try:
-        mod = importlib.import_module("prefixbench.engines.lmdb")
-    except ImportError:
-        return found
-    reg = {}
-    mod.prefixbench_register_engines(register=lambda name, cls, *a, **k: reg.__setitem__(name, cls))
-    found.update(reg)
-    return found
-
-
-ENGINES = _engines()
-ENGINE_NAMES = ["memory", pytest.param("lmdb", marks=pytest.mark.skipif(
-    "lmdb" not in ENGINES, reason="prefixbench.engines.lmdb is not importable"))]
-
-
-class Stores:
-    def __init__(self):
-        self.opened, self.dirs = [], []
-
-    def open(self, engine: str):
-        d = tempfile.mkdtemp(prefix=f"pb-sarp-{engine}-")
-        self.dirs.append(d)
-        s = ENGINES[engine](StoreConfig(path=d, durability="off"))
-        self.opened.append(s)
-        return s
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        for s in self.opened:
-            s.close()
-        for d in self.dirs:
-            shutil.rmtree(d, ignore_errors=True)
-        return False
 
 
 def ids_of(tokens) -> np.ndarray:

@@ -8,10 +8,7 @@ windows, and tiny node budgets make the capped tree spill on every operation.
 """
 from __future__ import annotations
 
-import importlib
-import shutil
 import sys
-import tempfile
 import threading
 
 import numpy as np
@@ -19,7 +16,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from prefixbench.engines.base import StoreConfig
 from prefixbench.engines.memory import MemoryStore
 from prefixbench.harness.blockids import chain_ids
 from prefixbench.harness.errors import ConfigError
@@ -33,6 +29,8 @@ from prefixbench.plugins.segment_radix import (SPILL_KEY_SPACE, CappedSegmentRad
 from prefixbench.plugins.segments import Segment, decode_segment, encode_segment
 from prefixbench.workloads.synthetic import make_synthetic
 
+from engine_support import ENGINE_NAMES, Stores
+
 SEED = 0xC0FFEE
 MS = 16
 PROPS = settings(max_examples=150, deadline=None,
@@ -40,48 +38,6 @@ PROPS = settings(max_examples=150, deadline=None,
 
 
 # ----------------------------------------------------------------------------- helpers
-def _lmdb_class():
-    try:
-        mod = importlib.import_module("prefixbench.engines.lmdb")
-    except ImportError:
-        return None
-    got = {}
-    mod.prefixbench_register_engines(register=lambda name, cls, *a, **k: got.__setitem__(name, cls))
-    return got.get("lmdb")
-
-
-LMDB = _lmdb_class()
-ENGINES = ["memory", pytest.param("lmdb", marks=pytest.mark.skipif(
-    LMDB is None, reason="prefixbench.engines.lmdb is not importable"))]
-
-
-class Stores:
-    """Opens engines in scratch directories; closes and removes them on exit."""
-
-    def __init__(self, engine: str):
-        self.engine, self.opened, self.dirs = engine, [], []
-
-    def open(self):
-        if self.engine == "memory":
-            store = MemoryStore()
-        else:
-            d = tempfile.mkdtemp(prefix="pb-segbase-")
-            self.dirs.append(d)
-            store = LMDB(StoreConfig(path=d, durability="off"))
-        self.opened.append(store)
-        return store
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        for s in self.opened:
-            s.close()
-        for d in self.dirs:
-            shutil.rmtree(d, ignore_errors=True)
-        return False
-
-
 def ids_of(tokens) -> np.ndarray:
     return chain_ids(np.asarray(tokens, dtype=np.uint64), SEED)
 
@@ -145,7 +101,7 @@ def never_more_and_same_metadata(name, got, want, step):
 
 
 # ----------------------------------------------------------------------------- properties
-@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("engine", ENGINE_NAMES)
 @PROPS
 @given(ops=branching_sessions(), S=st.sampled_from([1, 2, 4, 8]), cap=st.integers(1, 3))
 def test_segment_radix_plain_and_capped_equal_the_oracle(engine, ops, S, cap):
@@ -163,7 +119,7 @@ def test_segment_radix_plain_and_capped_equal_the_oracle(engine, ops, S, cap):
         assert plain.stats()["spilled_nodes"] == 0
 
 
-@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("engine", ENGINE_NAMES)
 @PROPS
 @given(ops=branching_sessions(), S=st.sampled_from([1, 2, 4, 8]))
 def test_segment_hash_never_exceeds_the_oracle(engine, ops, S):

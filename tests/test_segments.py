@@ -7,17 +7,13 @@ detected and turned into a counted miss.
 """
 from __future__ import annotations
 
-import importlib
-import shutil
 import struct
-import tempfile
 import threading
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from prefixbench.engines.base import StoreConfig
 from prefixbench.engines.memory import MemoryStore
 from prefixbench.harness.errors import ConfigError
 from prefixbench.plugins import _segments
@@ -38,44 +34,16 @@ from prefixbench.plugins.segments import (
     verify_raws_py,
 )
 
+from engine_support import ENGINE_NAMES, Stores
+
 SETTINGS = settings(max_examples=150, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
 
 
-def _engines() -> dict:
-    found = {"memory": MemoryStore}
-    try:
-        mod = importlib.import_module("prefixbench.engines.lmdb")
-    except ImportError:
-        return found
-    reg = {}
-    mod.prefixbench_register_engines(register=lambda name, cls, *a, **k: reg.__setitem__(name, cls))
-    found.update(reg)
-    return found
-
-
-ENGINES = _engines()
-ENGINE_NAMES = ["memory", pytest.param("lmdb", marks=pytest.mark.skipif(
-    "lmdb" not in ENGINES, reason="prefixbench.engines.lmdb is not importable"))]
-
-
 @pytest.fixture
 def open_store():
-    opened, dirs = [], []
-
-    def _open(engine: str, path: str | None = None):
-        if path is None:
-            path = tempfile.mkdtemp(prefix=f"pb-seg-{engine}-")
-            dirs.append(path)
-        s = ENGINES[engine](StoreConfig(path=path, durability="off"))
-        opened.append(s)
-        return s
-
-    yield _open
-    for s in opened:
-        s.close()
-    for d in dirs:
-        shutil.rmtree(d, ignore_errors=True)
+    with Stores() as stores:
+        yield stores.open
 
 
 segments = st.builds(

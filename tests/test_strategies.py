@@ -8,9 +8,6 @@ The strategies are built directly, not through the registry.
 """
 from __future__ import annotations
 
-import importlib
-import shutil
-import tempfile
 import threading
 
 import numpy as np
@@ -18,7 +15,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from prefixbench.engines.base import StoreConfig
 from prefixbench.engines.memory import MemoryStore
 from prefixbench.harness.blockids import chain_ids
 from prefixbench.harness.errors import ConfigError
@@ -30,6 +26,8 @@ from prefixbench.plugins.blockhash import (BlockHashTablePy, DramBlockHashStrate
 from prefixbench.plugins.radix import RadixStrategy, RadixTreePy
 from prefixbench.plugins.strategy import IndexStrategy, Match
 
+from engine_support import ENGINE_NAMES, Stores
+
 U64_MAX = (1 << 64) - 1
 H0 = 0x5EED
 MS = 16
@@ -39,49 +37,6 @@ SETTINGS = settings(max_examples=300, deadline=None,
 
 
 # ----------------------------------------------------------------------------- helpers
-def _engine_classes() -> dict:
-    """``memory`` always; ``lmdb`` when its module is importable (it may not exist yet)."""
-    found = {"memory": MemoryStore}
-    try:
-        mod = importlib.import_module("prefixbench.engines.lmdb")
-    except ImportError:
-        return found
-    reg = {}
-    mod.prefixbench_register_engines(register=lambda name, cls, *a, **k: reg.__setitem__(name, cls))
-    if "lmdb" in reg:
-        found["lmdb"] = reg["lmdb"]
-    return found
-
-
-ENGINES = _engine_classes()
-ENGINE_NAMES = ["memory", pytest.param("lmdb", marks=pytest.mark.skipif(
-    "lmdb" not in ENGINES, reason="prefixbench.engines.lmdb is not importable"))]
-
-
-class _Stores:
-    """Opens engines in throwaway directories and removes them afterwards."""
-
-    def __init__(self):
-        self.opened, self.dirs = [], []
-
-    def open(self, engine: str):
-        d = tempfile.mkdtemp(prefix=f"pb-{engine}-")
-        self.dirs.append(d)
-        store = ENGINES[engine](StoreConfig(path=d, durability="off"))
-        self.opened.append(store)
-        return store
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        for s in self.opened:
-            s.close()
-        for d in self.dirs:
-            shutil.rmtree(d, ignore_errors=True)
-        return False
-
-
 def ids_of(tokens) -> np.ndarray:
     return chain_ids(np.asarray(tokens, dtype=np.uint64), H0)
 
@@ -209,7 +164,7 @@ def test_radix_strategy_contract():
 
 
 # ----------------------------------------------------------------------------- block hash vs oracle
-def _blockhash_strategies(stores: _Stores, engine: str):
+def _blockhash_strategies(stores: Stores, engine: str):
     return {
         "dram-blockhash": DramBlockHashStrategy(options={"initial_capacity": 0}),
         "ssd-blockhash": SsdBlockHashStrategy(stores.open(engine)),
@@ -223,7 +178,7 @@ def _blockhash_strategies(stores: _Stores, engine: str):
 @given(ops=session_sets())
 def test_blockhash_strategies_equal_radix_oracle(engine, ops):
     oracle = RadixStrategy()
-    with _Stores() as stores:
+    with Stores() as stores:
         strategies = _blockhash_strategies(stores, engine)
         for step, (kind, tokens) in enumerate(ops):
             ids = ids_of(tokens)
@@ -243,7 +198,7 @@ def test_blockhash_strategies_equal_radix_oracle(engine, ops):
 
 @pytest.mark.parametrize("engine", ENGINE_NAMES)
 def test_first_writer_wins_everywhere(engine):
-    with _Stores() as stores:
+    with Stores() as stores:
         everyone = {"radix": RadixStrategy(), "radix-py": RadixTreePy(),
                     **_blockhash_strategies(stores, engine)}
         short, long_ = ids_of([7, 8, 9]), ids_of([7, 8, 9, 10, 11])
@@ -259,7 +214,7 @@ def test_first_writer_wins_everywhere(engine):
 
 @pytest.mark.parametrize("engine", ENGINE_NAMES)
 def test_empty_inputs(engine):
-    with _Stores() as stores:
+    with Stores() as stores:
         everyone = {"radix": RadixStrategy(), "radix-py": RadixTreePy(),
                     "table": BlockHashTable(), "table-py": BlockHashTablePy(),
                     **_blockhash_strategies(stores, engine)}
@@ -284,7 +239,7 @@ def test_extreme_block_ids(engine):
     and per-path views agree.
     """
     seqs = [[0, U64_MAX, 1], [0, U64_MAX, 2, 3], [U64_MAX - 1, 1 << 63], [4, 0xFFFF_FFFF]]
-    with _Stores() as stores:
+    with Stores() as stores:
         everyone = {"radix": RadixStrategy(), "radix-py": RadixTreePy(),
                     "table": BlockHashTable(initial_capacity=0),
                     "table-py": BlockHashTablePy(),
