@@ -87,6 +87,7 @@ from prefixbench.engines.base import (
     int_option,
     prepare_store_dir,
 )
+from prefixbench.harness.durable import fsync_dir, publish_file
 from prefixbench.harness.errors import ConfigError, StoreError
 from prefixbench.plugins.hookspecs import hookimpl
 
@@ -310,24 +311,10 @@ class PackfileStore(SegmentStore):
         self._atomic_write(meta_path, json.dumps(doc, sort_keys=True).encode() + b"\n")
 
     def _atomic_write(self, path, data: bytes):
-        tmp = path + ".tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-        self._fsync_dir()
+        publish_file(path, data)
 
     def _fsync_dir(self):
-        dfd = os.open(self.path, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        fsync_dir(self.path)
 
     def _pack_path(self, no: int) -> str:
         return os.path.join(self.path, f"pack-{no:06d}.pack")

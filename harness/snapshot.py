@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from prefixbench.harness.durable import fsync_dir
 from prefixbench.harness.errors import PrefixbenchError
 
 __all__ = ["SnapshotError", "Snapshot", "write_snapshot", "read_snapshot", "snapshot_path",
@@ -95,14 +96,6 @@ def _crc(buf, crc: int = 0) -> int:
     for i in range(0, len(mv), _CHUNK):
         crc = zlib.crc32(mv[i:i + _CHUNK], crc)
     return crc
-
-
-def _fsync_dir(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _bytes_of(a: np.ndarray) -> memoryview:
@@ -160,7 +153,7 @@ def write_snapshot(directory, strategy: str, meta: dict, sections: dict, fault=N
     os.replace(tmp, final)
     if hook:
         hook("renamed", final)
-    _fsync_dir(directory)
+    fsync_dir(directory)
     if hook:
         hook("dir-fsynced", final)
     return off
@@ -259,7 +252,7 @@ class InsertLog:
         if sync:
             self._f.flush()
             os.fsync(self._f.fileno())
-            _fsync_dir(self.directory)
+            fsync_dir(self.directory)
 
     def append(self, ids: np.ndarray, metas: np.ndarray) -> int:
         ids = np.ascontiguousarray(ids, dtype="<u8")

@@ -44,6 +44,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 
+from prefixbench.harness.durable import write_file
 from prefixbench.harness.errors import ConfigError, StoreError
 
 DEFAULT_OBJECTS = (32, 128, 512, 1024)
@@ -107,17 +108,6 @@ def _drop_cache(path: str) -> None:
             os.close(fd)
 
 
-def _write_file(path: str, data) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 # ----- paths: each has write(payload, n) and restore(dest, n, end) -> cache mode ----------
 class _SeqPath:
     """One file, O_DIRECT reads of ``stripe`` bytes: what the device gives one thread."""
@@ -129,7 +119,7 @@ class _SeqPath:
         self.stripe = stripe
 
     def write(self, payload, n):
-        _write_file(self.file, payload)
+        write_file(self.file, payload)
 
     def restore(self, dest, n, end):
         fd = os.open(self.file, os.O_RDONLY | os.O_DIRECT)
@@ -154,7 +144,7 @@ class _FilesPath:
     def write(self, payload, n):
         size = len(payload) // n
         for i in range(n):
-            _write_file(os.path.join(self.root, f"obj-{i:06d}"), payload[i * size:(i + 1) * size])
+            write_file(os.path.join(self.root, f"obj-{i:06d}"), payload[i * size:(i + 1) * size])
 
     def prepare(self):
         if not self.direct:
