@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import abc
 import fnmatch
+import importlib
 import os
 import struct
 from dataclasses import dataclass, field, fields
 from typing import Iterable, Iterator, Sequence
 
-from prefixbench.harness.errors import ConfigError, StoreError
+from prefixbench.harness.errors import ConfigError, MissingDependencyError, StoreError
 from prefixbench.harness.units import parse_size
 
 _KEY = struct.Struct(">Q")
@@ -296,6 +297,16 @@ def allocated_bytes(path: str) -> int:
 
 
 # ----- helpers shared by the engines ------------------------------------
+def import_binding(engine: str, module: str, install: str):
+    """Import an engine's binding lazily (the registry imports every engine module at
+    start-up); a missing binding is one line saying what to install."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise MissingDependencyError(f"engine '{engine}' needs the {module} package: "
+                                     f"{install}") from e
+
+
 def check_options(engine: str, options: dict, known: set) -> dict:
     """Reject engine options nobody reads, naming the option and the known ones."""
     for key in options:

@@ -35,10 +35,11 @@ from prefixbench.engines.base import (
     StoreConfig,
     allocated_bytes,
     check_options,
+    import_binding,
     int_option,
     prepare_store_dir,
 )
-from prefixbench.harness.errors import ConfigError, MissingDependencyError, StoreError
+from prefixbench.harness.errors import ConfigError, StoreError
 from prefixbench.plugins.hookspecs import hookimpl
 
 _PACK = struct.Struct(">Q").pack
@@ -57,12 +58,8 @@ class LmdbStore(SegmentStore):
     def __init__(self, config: StoreConfig | None = None):
         config = config or StoreConfig()
         super().__init__(config)
-        try:
-            import lmdb
-        except ImportError as e:
-            raise MissingDependencyError(
-                "engine 'lmdb' needs the lmdb package (a core dependency): "
-                "pip install lmdb, or reinstall with pip install prefixbench") from e
+        lmdb = import_binding(
+            "lmdb", "lmdb", "pip install lmdb, or reinstall with pip install prefixbench")
         self._lmdb = lmdb
         opts = check_options(self.name, config.options, _OPTIONS)
         if config.direct_io:

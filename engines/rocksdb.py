@@ -19,9 +19,16 @@ from __future__ import annotations
 import struct
 import threading
 
-from prefixbench.engines.base import SegmentStore, StoreConfig, allocated_bytes
-from prefixbench.engines.base import check_options, int_option, prepare_store_dir
-from prefixbench.harness.errors import ConfigError, MissingDependencyError, StoreError
+from prefixbench.engines.base import (
+    SegmentStore,
+    StoreConfig,
+    allocated_bytes,
+    check_options,
+    import_binding,
+    int_option,
+    prepare_store_dir,
+)
+from prefixbench.harness.errors import ConfigError, StoreError
 from prefixbench.plugins.hookspecs import hookimpl
 
 _PACK = struct.Struct(">Q").pack
@@ -41,12 +48,8 @@ class RocksDBStore(SegmentStore):
     def __init__(self, config: StoreConfig | None = None):
         config = config or StoreConfig()
         super().__init__(config)
-        try:
-            import rocksdict
-        except ImportError as e:
-            raise MissingDependencyError(
-                "engine 'rocksdb' needs the rocksdict package (a core dependency): "
-                "pip install rocksdict, or reinstall with pip install prefixbench") from e
+        rocksdict = import_binding("rocksdb", "rocksdict", "pip install rocksdict, "
+                                   "or reinstall with pip install prefixbench")
         opts = check_options(self.name, config.options, _OPTIONS)
         memtable = int_option(opts, "write_buffer_bytes", config.cache_bytes // 2, 0, size=True)
         if memtable > config.cache_bytes:

@@ -37,9 +37,15 @@ import threading
 import time
 import weakref
 
-from prefixbench.engines.base import SegmentStore, StoreConfig
-from prefixbench.engines.base import check_options, int_option, prepare_store_dir
-from prefixbench.harness.errors import MissingDependencyError, StoreError
+from prefixbench.engines.base import (
+    SegmentStore,
+    StoreConfig,
+    check_options,
+    import_binding,
+    int_option,
+    prepare_store_dir,
+)
+from prefixbench.harness.errors import StoreError
 from prefixbench.plugins.hookspecs import hookimpl
 
 URI = "table:segments"
@@ -59,12 +65,8 @@ class WiredTigerStore(SegmentStore):
     def __init__(self, config: StoreConfig | None = None):
         config = config or StoreConfig()
         super().__init__(config)
-        try:
-            import wiredtiger
-        except ImportError as e:
-            raise MissingDependencyError(
-                "engine 'wiredtiger' needs the wiredtiger package: "
-                "pip install 'prefixbench[wiredtiger]'") from e
+        wiredtiger = import_binding(
+            "wiredtiger", "wiredtiger", "pip install 'prefixbench[wiredtiger]'")
         self._wt = wiredtiger
         #: True when the binding was compiled with HAVE_DIAGNOSTIC (assertions
         #: on, -Og): the PyPI sdist builds that way and every call is slower
