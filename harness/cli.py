@@ -89,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated thread counts (default: %(default)s)")
     p.add_argument("-o", "--output", help="pyperf JSON output (times; counts go to OUT.counts.json)")
 
-    p = sub.add_parser("plugins", help="list every strategy, engine and workload plugin",
+    p = sub.add_parser("plugins", help="list every strategy, engine, workload and tokenizer plugin",
                        description="List plugins with kind, name, providing package and version.")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--options", action="store_true",
