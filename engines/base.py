@@ -247,12 +247,21 @@ class SegmentStore(abc.ABC):
                     data += size
         return {"data_bytes": data, "log_bytes": log}
 
-    def logical_bytes(self) -> int:
-        """Bytes the index asked to keep: 8-byte keys plus values, live items only.
+    def logical_size(self) -> tuple[int, int]:
+        """``(records, bytes)`` the index asked to keep: live items, and their
+        8-byte keys plus values.
 
         Found by an ordered scan, so it costs a pass over the store.
         """
-        return sum(8 + len(v) for _k, v in self._scan(0, None))
+        records = nbytes = 0
+        for _k, v in self._scan(0, None):
+            records += 1
+            nbytes += 8 + len(v)
+        return records, nbytes
+
+    def logical_bytes(self) -> int:
+        """Bytes the index asked to keep: 8-byte keys plus values, live items only."""
+        return self.logical_size()[1]
 
     def stats(self) -> StoreStats:
         return self._stats

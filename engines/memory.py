@@ -63,8 +63,8 @@ class MemoryStore(SegmentStore):
     def _size_on_disk(self):
         return 0
 
-    def logical_bytes(self) -> int:
-        return self._bytes + 8 * len(self._data)
+    def logical_size(self) -> tuple[int, int]:
+        return len(self._data), self._bytes + 8 * len(self._data)
 
     def _close(self):
         self._data = {}

@@ -120,7 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--engine", "-e", default="lmdb", help="default: %(default)s")
     p.add_argument("--out-dir", default="results/demo", help="default: %(default)s")
 
-    p = sub.add_parser("sweep", help="the paper's sweeps: retrieval budget, ablation, strategies",
+    p = sub.add_parser("sweep", help="the paper's sweeps: retrieval budget, ablation, "
+                       "strategies, space",
                        description="Replay one workload under several settings, one after the "
                        "other, each on a fresh store with the exact radix oracle as a shadow in "
                        "the same run, and print one table. KIND is retrieval (sarp at "
@@ -128,7 +129,11 @@ def build_parser() -> argparse.ArgumentParser:
                        "query; paper Fig. 9), ablation (sarp with refinement, filtering, pruning "
                        "each off: candidate counts, routing state; Fig. 10, Table 4) or "
                        "strategies (sarp, ssd-blockhash, segment-radix-capped, segment-hash side "
-                       "by side: throughput ratios, latency, loss, bytes per block; section 6.2).",
+                       "by side: throughput ratios, latency, loss, bytes per block; section 6.2) "
+                       "or space (ssd-blockhash beside sarp or other stored layouts on one "
+                       "on-disk engine: bytes on disk, logical bytes, space amplification, "
+                       "block-metadata entries, each as a ratio to ssd-blockhash; section 6.6, "
+                       "Table 5).",
                        epilog="Cache: --cache-rule paper first replays ssd-blockhash on the engine "
                        "and gives every SSD-backed strategy 10%% (--cache-fraction) of its logical "
                        "store, entries x (8-byte key + 16-byte metadata); it is the default for "
@@ -136,11 +141,11 @@ def build_parser() -> argparse.ArgumentParser:
                        "-o OUT.json writes pyperf suites with benchmarks named SETTING-FIGURE "
                        "(retrieval-1-match-latency-mean, sarp-insert-latency-mean, ...) and "
                        "OUT.counts.json; compare two sweeps with 'python -m pyperf compare_to'.")
-    p.add_argument("kind", metavar="KIND", help="retrieval, ablation or strategies")
+    p.add_argument("kind", metavar="KIND", help="retrieval, ablation, strategies or space")
     _add_workload_options(p)
     g = p.add_argument_group("engine")
-    g.add_argument("--engine", "-e", default="memory",
-                   help="engine for SSD-backed strategies (default: %(default)s)")
+    g.add_argument("--engine", "-e",
+                   help="engine for SSD-backed strategies (default: memory; lmdb for space)")
     g.add_argument("--engine-option", action="append", default=[], metavar="KEY=VALUE",
                    help="engine-specific option (repeatable)")
     g.add_argument("--cache-rule", metavar="RULE",
@@ -157,7 +162,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "'unlimited' or 0 for no cap (default: 1,2,3,4,unlimited)")
     p.add_argument("--strategies", help="strategies: comma-separated strategy names, the first "
                    "is the one ratios are taken from (default: sarp,ssd-blockhash,"
-                   "segment-radix-capped,segment-hash)")
+                   "segment-radix-capped,segment-hash); space: the layouts beside ssd-blockhash, "
+                   "which always comes first (default: sarp)")
     p.add_argument("--strategy-option", "-S", action="append", default=[],
                    metavar="[STRATEGY:]KEY=VALUE",
                    help="strategy parameter, sarp's unless prefixed with a strategy name, e.g. "

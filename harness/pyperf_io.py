@@ -45,6 +45,7 @@ COUNT_FIGURES = (
     ("store-bytes", "byte", lambda r: r.store_bytes),
     ("store-log-bytes", "byte", lambda r: r.store_log_bytes),
     ("store-logical-bytes", "byte", lambda r: r.logical_bytes),
+    ("store-records", "integer", lambda r: r.store_records),
     ("space-amplification", "integer", lambda r: r.space_amplification),
 )
 

@@ -40,6 +40,7 @@ class ReplayResult:
     store_bytes: int = 0              # data on disk (allocated blocks), engine logs excluded
     store_log_bytes: int = 0          # the engine's write-ahead/journal logs on disk
     logical_bytes: int = 0            # live keys + values the index asked the store to keep
+    store_records: int = 0            # live records (keys) in the store
     gc_mode: str = ""
     threads: int = 1
     timed_wall_seconds: float = 0.0   # threaded runs: first start to last finish
@@ -342,4 +343,4 @@ def _collect_end_state(res: ReplayResult, strategy: IndexStrategy) -> None:
         usage = store.disk_usage()
         res.store_bytes = usage["data_bytes"]
         res.store_log_bytes = usage["log_bytes"]
-        res.logical_bytes = store.logical_bytes()
+        res.store_records, res.logical_bytes = store.logical_size()

@@ -17,6 +17,12 @@ oracle *of that run*, as the paper's Fig. 9 does):
                          side: throughput and the first strategy's ratio to
                          each, mean match/insert latency, loss, false hits,
                          store reads per match, in-memory bytes per block.
+``space``      (section 6.6, Table 5)  ``ssd-blockhash`` (the non-packing
+                         layout, always first) beside segment layouts (default
+                         ``sarp``) on the same on-disk engine and workload:
+                         data and log bytes on disk, logical bytes, space
+                         amplification, disk bytes and logical block-metadata
+                         entries each as a ratio to ``ssd-blockhash``'s.
 
 ``sarp`` runs with ``backfill=sync`` unless told otherwise: back-fill jobs
 then publish inside the insert that triggered them, so a sweep's hit rates
@@ -64,9 +70,13 @@ KINDS = {
     "retrieval": "sarp at MaxRetrieval 1, 2, 3, 4, unlimited (paper Fig. 9)",
     "ablation": "sarp with refinement, filtering, pruning each off (paper Fig. 10, Table 4)",
     "strategies": "strategies side by side under one cache rule (paper section 6.2, Fig. 6)",
+    "space": "on-disk bytes and block-metadata entries vs ssd-blockhash (paper 6.6, Table 5)",
 }
 DEFAULT_BUDGETS = (1, 2, 3, 4, 0)
 DEFAULT_STRATEGIES = ("sarp", "ssd-blockhash", "segment-radix-capped", "segment-hash")
+#: the space sweep's reference (the paper's non-packing version) and default company
+SPACE_REFERENCE = "ssd-blockhash"
+DEFAULT_SPACE_STRATEGIES = (SPACE_REFERENCE, "sarp")
 #: (label, sarp options that differ from the full design)
 ABLATIONS = (
     ("full", {}),
@@ -194,8 +204,9 @@ def make_config(kind: str, *, workload: str, workload_options: dict | None = Non
         raise ConfigError(f"sweep: unknown kind {kind!r}; choose one of {', '.join(KINDS)}")
     if budgets is not None and kind != "retrieval":
         raise ConfigError("option --budgets: only the retrieval sweep takes budgets")
-    if strategies is not None and kind != "strategies":
-        raise ConfigError("option --strategies: only the strategies sweep takes a strategy list")
+    if strategies is not None and kind not in ("strategies", "space"):
+        raise ConfigError("option --strategies: only the strategies and space sweeps take a "
+                          "strategy list")
     if limit is not None and limit < 1:
         raise ConfigError(f"option --limit: {limit} must be >= 1")
     if backfill not in ("sync", "background"):
@@ -217,11 +228,24 @@ def make_config(kind: str, *, workload: str, workload_options: dict | None = Non
     if cache_rule == "fixed" and cache_fraction is not None:
         raise ConfigError("option --cache-fraction: only --cache-rule paper takes a fraction")
     reg = get_registry()
-    engine = engine or "memory"
-    reg.get("engine", engine)
+    engine = engine or ("lmdb" if kind == "space" else "memory")
+    engine_cls = reg.get("engine", engine).factory
     reg.get("workload", workload)
-    names = parse_strategies(strategies) if kind == "strategies" and strategies is not None \
-        else (DEFAULT_STRATEGIES if kind == "strategies" else ("sarp",))
+    if kind == "space" and getattr(engine_cls, "volatile", False):
+        raise ConfigError(f"option --engine: {engine} keeps nothing on disk; the space sweep "
+                          "needs an on-disk engine (lmdb, rocksdb, wiredtiger, packfile, ...)")
+    if kind == "strategies":
+        names = parse_strategies(strategies) if strategies is not None else DEFAULT_STRATEGIES
+    elif kind == "space":
+        names = parse_strategies(strategies) if strategies is not None \
+            else DEFAULT_SPACE_STRATEGIES
+        names = (SPACE_REFERENCE,) + tuple(n for n in names if n != SPACE_REFERENCE)
+        for n in names:
+            if not getattr(reg.get("strategy", n).factory, "needs_store", False):
+                raise ConfigError(f"option --strategies: {n} keeps nothing in the engine; the "
+                                  "space sweep compares strategies that store their index")
+    else:
+        names = ("sarp",)
     cfg = SweepConfig(
         kind=kind, workload=workload, workload_options=dict(workload_options or {}),
         engine=engine, engine_options=dict(engine_options or {}), cache_rule=cache_rule,
@@ -351,7 +375,17 @@ class SweepResult:
 
     def table(self) -> str:
         return {"retrieval": _retrieval_table, "ablation": _ablation_table,
-                "strategies": _strategies_table}[self.config.kind](self)
+                "strategies": _strategies_table, "space": _space_table}[self.config.kind](self)
+
+    def disk_ratio(self, row: Row) -> float:
+        """Space sweep: ``row``'s data bytes on disk over the reference's."""
+        ref = self.reference.result.store_bytes
+        return row.result.store_bytes / ref if ref else math.inf
+
+    def entries_ratio(self, row: Row) -> float:
+        """Space sweep: ``row``'s stored block-metadata entries over the reference's."""
+        ref = self.reference.stats.get("stored_block_entries", 0)
+        return row.stats.get("stored_block_entries", 0) / ref if ref else math.inf
 
     def suites(self) -> tuple[list, list]:
         return _suites(self)
@@ -524,6 +558,27 @@ def _ablation_table(res: SweepResult) -> str:
     return "\n".join(out)
 
 
+def _space_table(res: SweepResult) -> str:
+    ref = res.reference.setting.label
+    header = ("strategy", "data on disk", "engine log", "logical bytes", "records",
+              "space amp", "disk ÷ " + ref, "block-metadata entries", "entries ÷ " + ref,
+              "loss vs oracle", "false hits")
+    rows = []
+    for r in res.rows:
+        x = r.result
+        rows.append((r.setting.label, fmt_bytes(x.store_bytes), fmt_bytes(x.store_log_bytes),
+                     fmt_bytes(x.logical_bytes), f"{x.store_records:,}",
+                     f"{x.space_amplification:.2f}x", _ratio(res.disk_ratio(r)),
+                     f"{int(r.stats.get('stored_block_entries', 0)):,}",
+                     _ratio(res.entries_ratio(r)), _pct(r.loss), x.false_hits))
+    return (f"space amplification (paper section 6.6, Table 5)\n{_conditions(res)}\n\n"
+            + format_table(header, rows)
+            + f"\n\ndata on disk: allocated blocks after a flush, the engine's logs apart; "
+            f"logical bytes: live keys (8 B) + values; space amp: data on disk ÷ logical bytes; "
+            f"block-metadata entries: block records the store holds, a block counted once per "
+            f"record that carries it ({res.rows[0].indexed_blocks:,} unique blocks indexed).")
+
+
 def _strategies_table(res: SweepResult) -> str:
     ref = res.reference.setting.label
     header = ("strategy", "req/s", f"{ref} ÷ it", "match mean", "match ÷ " + ref,
@@ -572,6 +627,11 @@ _SWEEP_COUNTS = (
     ("memory-bytes-per-indexed-block", "integer", lambda r: r.memory_bytes_per_block),
     ("engine-cache-bytes", "byte", lambda r: r.engine_cache_bytes or 0),
 )
+#: space sweep only: ratios to the reference, in parts per million (pyperf values are numbers)
+_SPACE_COUNTS = (
+    ("disk-ratio-to-reference-ppm", "integer", lambda res, r: res.disk_ratio(r) * 1e6),
+    ("entries-ratio-to-reference-ppm", "integer", lambda res, r: res.entries_ratio(r) * 1e6),
+)
 
 
 def _bench(name: str, unit: str, value: float, metadata: dict):
@@ -609,6 +669,11 @@ def _suites(res: SweepResult) -> tuple[list, list]:
             full = f"{s.label}-{name}"
             if full not in have:
                 b = _bench(full, unit, f(r), md)
+                if b is not None:
+                    c.append(b)
+        if cfg.kind == "space":
+            for name, unit, f in _SPACE_COUNTS:
+                b = _bench(f"{s.label}-{name}", unit, f(res, r), md)
                 if b is not None:
                     c.append(b)
         counts += c

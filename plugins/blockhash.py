@@ -254,6 +254,7 @@ class SsdBlockHashStrategy(IndexStrategy):
         m = self._matches
         return {
             "entries": self._entries, "memory_bytes": 0, "matches": m,
+            "stored_block_entries": self._entries,
             "store_reads_per_match": self._match_reads / m if m else 0.0,
             "store_reads": s.reads, "store_read_calls": s.read_calls, "store_writes": s.writes,
         }

@@ -223,6 +223,7 @@ class SegmentHashStrategy(IndexStrategy):
             "memory_bytes": 0,
             "records": self._records,
             "block_entries_written": self._blocks_written,
+            "stored_block_entries": self._blocks_written,
             "write_amplification": self._blocks_written / e if e else 0.0,
             "matches": mt,
             "store_reads_per_match": self._match_reads / mt if mt else 0.0,

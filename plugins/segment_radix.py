@@ -457,6 +457,7 @@ class SegmentRadixStrategy(IndexStrategy):
             "corrupt_nodes": nodes.corrupt,
             "segments": self._segments,
             "segment_block_entries": self._segment_blocks,
+            "stored_block_entries": self._segment_blocks,
             "corrupt_segments": self._corrupt_segments,
             "matches": mt,
             "store_reads_per_match": self._match_reads / mt if mt else 0.0,

@@ -155,7 +155,14 @@ class IndexStrategy(abc.ABC):
     def insert(self, block_ids: np.ndarray, metas: np.ndarray) -> None: ...
 
     def stats(self) -> dict:
-        """Counters: entries, in-memory bytes, logical store reads, ..."""
+        """Counters: entries, in-memory bytes, logical store reads, ...
+
+        Shared names the harness reads: ``entries`` (unique blocks indexed),
+        ``memory_bytes``, ``store_reads_per_match`` and, for strategies that keep
+        block metadata in the store, ``stored_block_entries``: block-metadata
+        entries the store holds, counting a block once per record that carries
+        it (the SARP paper's logical block-metadata entries, Table 5).
+        """
         return {}
 
     # ------------------------------------------------------------------ durability

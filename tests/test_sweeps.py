@@ -175,6 +175,44 @@ def test_strategies_fixed_cache_and_custom_list(run_cli):
     assert settings["sarp"]["tau"] == "8" and settings["sarp"]["backfill"] == "sync"
 
 
+# ----------------------------------------------------------------------------- space
+def test_space_sweep_table5_against_ssd_blockhash(tmp_path, run_cli):
+    """ssd-blockhash comes first whatever the order given; its ratios are 1; its
+    block-metadata entries are its records (one per block); sarp packs the same
+    blocks into far fewer records, each block at least once; segment-hash keeps one
+    record per block position, each carrying a power-of-two chunk."""
+    import pyperf
+
+    cfg = sweeps.make_config("space", workload="ultrachat", workload_options=TINY,
+                             engine="lmdb", strategies="sarp,segment-hash,ssd-blockhash")
+    assert [s.strategy for s in sweeps.plan(cfg)] == ["ssd-blockhash", "sarp", "segment-hash"]
+    res = sweeps.run_sweep(cfg)
+    ref, sarp, shash = res.rows
+    unique = ref.indexed_blocks
+    assert ref.stats["stored_block_entries"] == ref.stats["entries"] == unique
+    assert ref.result.store_records == unique
+    assert ref.result.logical_bytes == unique * (8 + 16)
+    assert res.disk_ratio(ref) == 1.0 and res.entries_ratio(ref) == 1.0
+    for row in (sarp, shash):
+        assert row.stats["stored_block_entries"] >= unique
+        assert row.result.store_bytes > 0 and row.result.false_hits == 0
+        assert res.disk_ratio(row) == row.result.store_bytes / ref.result.store_bytes
+    assert sarp.result.store_records < unique / 4
+    assert shash.result.store_records == unique
+    assert res.entries_ratio(shash) > 1.5        # Fenwick layout: 1 + log2(S)/2 writes per block
+    table = res.table()
+    assert "Table 5" in table and "entries ÷ ssd-blockhash" in table
+    out = tmp_path / "space.json"
+    code, _stdout, err = run_cli("--quiet", "sweep", "space", "-w", "ultrachat", "-W",
+                                 "sessions=10", "-o", str(out))
+    assert code == 0, err
+    names = set(pyperf.BenchmarkSuite.load(str(out).replace(".json", ".counts.json"))
+                .get_benchmark_names())
+    assert {"ssd-blockhash-store-records", "sarp-store-bytes",
+            "sarp-disk-ratio-to-reference-ppm", "sarp-entries-ratio-to-reference-ppm",
+            "sarp-index-stored-block-entries"} <= names
+
+
 # ----------------------------------------------------------------------------- bad input
 @pytest.mark.parametrize("args,needle", [
     (["sweep", "nosuch", "-w", "codeact"], "nosuch"),
@@ -198,6 +236,8 @@ def test_strategies_fixed_cache_and_custom_list(run_cli):
     (["sweep", "retrieval", "-w", "codeact", "--limit", "0"], "--limit"),
     (["sweep", "retrieval", "-w", "nowl"], "nowl"),
     (["sweep", "retrieval", "-w", "codeact", "-e", "nodb"], "nodb"),
+    (["sweep", "space", "-w", "codeact", "-e", "memory"], "on-disk engine"),
+    (["sweep", "space", "-w", "codeact", "--strategies", "sarp,radix"], "radix"),
 ])
 def test_bad_input_is_one_line(run_cli, args, needle):
     code, stdout, err = run_cli(*args)
