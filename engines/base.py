@@ -69,6 +69,7 @@ class StoreStats:
 
     reads: int = 0          # keys looked up (a get_many of n keys counts n)
     read_calls: int = 0     # get / get_many calls
+    batch_read_calls: int = 0   # of which get_many
     hits: int = 0
     bytes_read: int = 0
     writes: int = 0         # keys put
@@ -122,6 +123,9 @@ class SegmentStore(abc.ABC):
     name: str = ""
     #: True if the data lives only in this process
     volatile: bool = False
+    #: calls whose binding releases the GIL while it works: a subset of
+    #: {"get", "get_many", "write"} (said in ``scale``'s output)
+    gil_free_calls: frozenset = frozenset()
 
     def __init__(self, config: StoreConfig):
         self.config = config
@@ -169,6 +173,7 @@ class SegmentStore(abc.ABC):
         s = self._stats
         s.reads += len(keys)
         s.read_calls += 1
+        s.batch_read_calls += 1
         for v in vals:
             if v is not None:
                 s.hits += 1

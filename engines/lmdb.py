@@ -54,6 +54,7 @@ class LmdbStore(SegmentStore):
 
     name = "lmdb"
     volatile = False
+    gil_free_calls = frozenset(("get", "get_many", "write"))
 
     def __init__(self, config: StoreConfig | None = None):
         config = config or StoreConfig()

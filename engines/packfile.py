@@ -184,6 +184,7 @@ class PackfileStore(SegmentStore):
 
     name = "packfile"
     volatile = False
+    gil_free_calls = frozenset(("get", "get_many", "write"))
 
     def __init__(self, config: StoreConfig | None = None):
         config = config or StoreConfig()

@@ -44,6 +44,7 @@ class RocksDBStore(SegmentStore):
 
     name = "rocksdb"
     volatile = False
+    gil_free_calls = frozenset(("get_many",))
 
     def __init__(self, config: StoreConfig | None = None):
         config = config or StoreConfig()

@@ -61,6 +61,7 @@ class WiredTigerStore(SegmentStore):
 
     name = "wiredtiger"
     volatile = False
+    gil_free_calls = frozenset(("get", "get_many", "write"))
 
     def __init__(self, config: StoreConfig | None = None):
         config = config or StoreConfig()

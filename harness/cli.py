@@ -356,9 +356,10 @@ def cmd_scale(args, leftover, argv, quiet):
         durability=args.durability, limit=args.limit)
     rows = scaling.scale(spec, counts, quiet)
     print(scaling.format_scale(rows))
+    print(scaling.format_gil(spec, rows))
     if args.output:
         md = pyperf_io.run_metadata(spec.strategy, spec.engine, spec.workload, spec.config())
-        times, cnts = scaling.scale_suites(rows, md)
+        times, cnts = scaling.scale_suites(rows, md, spec)
         pyperf_io.write_suite(args.output, times)
         pyperf_io.write_suite(pyperf_io.counts_path(args.output), cnts)
         print(f"wrote {args.output} and {pyperf_io.counts_path(args.output)}")

@@ -2,6 +2,13 @@
 
 Each thread count replays the workload on a freshly built index and store,
 so the runs differ only in the number of request threads.
+
+Threads only overlap where the GIL is released, so every run also says which
+parts of its requests ran without it: the strategy's compiled parts that
+release it (:attr:`IndexStrategy.gil_free_parts`; none in pure-Python mode)
+and, counted from the run's store statistics, how many of its store calls went
+through a binding call that releases it (:attr:`SegmentStore.gil_free_calls`,
+e.g. rocksdict releases it only in batch gets).
 """
 from __future__ import annotations
 
@@ -12,6 +19,7 @@ from prefixbench.harness.bench import RunSpec, check_threads, replay_once
 from prefixbench.harness.errors import ConfigError
 from prefixbench.harness.progress import progress
 from prefixbench.harness.replay import ReplayResult
+from prefixbench.plugins.registry import get_registry
 from prefixbench.reports.tables import fmt_seconds, format_table
 
 
@@ -48,12 +56,59 @@ def format_scale(rows: list[tuple[int, ReplayResult]]) -> str:
                         table)
 
 
-def scale_suites(rows, metadata: dict) -> tuple[list, list]:
+def gil_free_calls(result: ReplayResult, calls: frozenset) -> dict:
+    """Store calls of one run, and how many of them released the GIL."""
+    st = result.store_stats or {}
+    batch = int(st.get("batch_read_calls", 0))
+    single = int(st.get("read_calls", 0)) - batch
+    writes = int(st.get("write_batches", 0))
+    return {"single_gets": single, "batch_gets": batch, "write_batches": writes,
+            "free": (single if "get" in calls else 0) + (batch if "get_many" in calls else 0)
+            + (writes if "write" in calls else 0),
+            "total": single + batch + writes}
+
+
+def gil_statement(spec: RunSpec, result: ReplayResult) -> str:
+    """One line: which parts of this run's requests ran without the GIL."""
+    from prefixbench.harness import accel
+
+    reg = get_registry()
+    strat = reg.get("strategy", spec.strategy).factory
+    if accel.PURE:
+        parts = "strategy: nothing (pure-Python mode)"
+    elif strat.gil_free_parts:
+        parts = "strategy: " + ", ".join(strat.gil_free_parts)
+    else:
+        parts = "strategy: nothing (its own work is Python)"
+    if not result.store_stats:
+        return parts + "; no store"
+    engine = reg.get("engine", spec.engine).factory
+    calls = frozenset(getattr(engine, "gil_free_calls", ()))
+    c = gil_free_calls(result, calls)
+
+    def kind(n, name, call):
+        return f"{n:,} {name} ({'free' if call in calls else 'held'})"
+    share = f"{c['free'] / c['total']:.0%}" if c["total"] else "-"
+    return (f"{parts}; store {spec.engine}: {share} of {c['total']:,} calls without the GIL - "
+            + ", ".join((kind(c["single_gets"], "single gets", "get"),
+                         kind(c["batch_gets"], "batch gets", "get_many"),
+                         kind(c["write_batches"], "write batches", "write"))))
+
+
+def format_gil(spec: RunSpec, rows: list[tuple[int, ReplayResult]]) -> str:
+    lines = ["without the GIL (Python glue between these parts always holds it):"]
+    lines += [f"  {n} thr: {gil_statement(spec, r)}" for n, r in rows]
+    return "\n".join(lines)
+
+
+def scale_suites(rows, metadata: dict, spec: RunSpec | None = None) -> tuple[list, list]:
     """Benchmarks named ``threads-N-<figure>`` so two scale runs compare by name."""
     times, counts = [], []
     for n, r in rows:
         md = dict(metadata, threads=n, throughput_rps=round(r.throughput, 3),
                   false_hits=r.false_hits)
+        if spec is not None:
+            md["gil_free"] = gil_statement(spec, r)
         t, c = pyperf_io.replay_suites(r, md)
         for b in t + c:
             (times if b in t else counts).append(_renamed(b, f"threads-{n}-{b.get_name()}"))

@@ -104,6 +104,7 @@ class DramBlockHashStrategy(IndexStrategy):
     """One in-memory entry per block; probe from the first block until a miss."""
 
     name = "dram-blockhash"
+    gil_free_parts = ("table probe (match)", "table insert")
     exact = True
     options = {
         "initial_capacity": Option(1024, "entries that fit before the first rehash", min=0,

@@ -112,6 +112,7 @@ class RadixStrategy(IndexStrategy):
     """Exact in-memory compressed radix tree over block IDs (the oracle)."""
 
     name = "radix"
+    gil_free_parts = ("tree walk (match)", "tree insert")
     exact = True
     options = {
         "initial_blocks": Option(1024, "key/metadata pool slots allocated up front", min=1,

@@ -368,6 +368,8 @@ class SarpStrategy(IndexStrategy):
 
     name = "sarp"
     needs_store = True
+    gil_free_parts = ("routing lookup and candidate filtering", "segment verification",
+                      "filter computation", "routing-directory updates")
     exact = False
     options = {
         "S": Option(64, "blocks per segment (window size)", min=1, max=1 << 16),

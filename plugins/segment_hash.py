@@ -99,6 +99,7 @@ class SegmentHashStrategy(IndexStrategy):
 
     name = "segment-hash"
     needs_store = True
+    gil_free_parts = ("segment decode and verification",)
     options = {
         "S": Option(64, "blocks per full segment, a power of two (windows aligned at "
                     "multiples of S; retries halve it down to 1 block)", min=1, max=4096),

@@ -194,6 +194,7 @@ class SegmentRadixStrategy(IndexStrategy):
 
     name = "segment-radix"
     needs_store = True
+    gil_free_parts = ("segment encode, decode and verification",)
     exact = True
     options = {
         "S": Option(64, "blocks per segment (windows aligned at multiples of S)", min=1, max=4096),

@@ -139,6 +139,10 @@ class IndexStrategy(abc.ABC):
     exact: ClassVar[bool] = False
     #: configurable parameters
     options: ClassVar[dict[str, Option]] = {}
+    #: parts of match/insert that run in compiled code with the GIL released (said
+    #: in ``scale``'s output beside the engine calls that release it); empty when the
+    #: strategy's own work holds the GIL throughout
+    gil_free_parts: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, store: SegmentStore | None = None, options: dict | None = None,
                  meta_size: int = META_SIZE):

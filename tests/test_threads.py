@@ -43,9 +43,40 @@ def test_scale_command(run_cli):
     code, out, err = run_cli("--quiet", "scale", "-s", "radix", "-w", "ultrachat",
                              "-W", "sessions=20", "--threads", "1,2")
     assert code == 0, err
-    rows = [ln.split() for ln in out.splitlines()[2:]]
+    lines = out.splitlines()
+    rows = [ln.split() for ln in lines[2:4]]
     assert [r[0] for r in rows] == ["1", "2"] and rows[0][2] == "1.00x"
     assert all(r[-1] == "0" for r in rows)
+    gil = [ln for ln in lines if "thr: strategy:" in ln]
+    assert len(gil) == 2 and all("tree walk (match)" in ln and "no store" in ln for ln in gil)
+
+
+@pytest.mark.parametrize("probe,single,batch", [("sequential", "held", None),
+                                                ("batch", None, "free")])
+def test_scale_says_which_store_calls_ran_without_the_gil(run_cli, tmp_path, probe, single,
+                                                         batch):
+    """rocksdict releases the GIL only in batch gets: the per-run line counts the
+    calls of each kind from the run's store statistics and marks them."""
+    import pyperf
+
+    out_json = tmp_path / "scale.json"
+    code, out, err = run_cli("--quiet", "scale", "-s", "ssd-blockhash", "-e", "rocksdb",
+                             "-S", f"probe={probe}", "-w", "ultrachat", "-W", "sessions=10",
+                             "--threads", "1,2", "-o", str(out_json))
+    assert code == 0, err
+    lines = [ln for ln in out.splitlines() if "thr: strategy:" in ln]
+    assert len(lines) == 2
+    for ln in lines:
+        assert "strategy: nothing" in ln and "store rocksdb:" in ln
+        assert "write batches (held)" in ln
+        if single:
+            assert f"single gets ({single})" in ln and " 0 batch gets" not in ln
+        if batch:
+            assert f"batch gets ({batch})" in ln and " 0 single gets" in ln
+            pct = int(ln.split("store rocksdb: ")[1].split("%")[0])
+            assert pct >= 50           # every read is a batch get; only writes hold it
+    md = pyperf.BenchmarkSuite.load(str(out_json)).get_benchmarks()[0].get_metadata()
+    assert md["gil_free"] in lines[0]
 
 
 @pytest.mark.parametrize("cmd,value", [("run", "0"), ("run", "1000"), ("scale", "1,0"),
