@@ -230,10 +230,17 @@ class SsdBlockHashStrategy(IndexStrategy):
         if n == 0:
             return
         keys = ids.tolist()
+        # Probe outside the lock (usually most blocks are present), then re-probe
+        # under it only the ones that were missing: the first writer of a block
+        # still wins, and other threads' inserts wait only for the new blocks.
+        missing = [j for j, v in enumerate(self.store.get_many(keys)) if v is None]
+        if not missing:
+            return
         with self._insert_lock:
-            present = self.store.get_many(keys)
+            present = self.store.get_many([keys[j] for j in missing])
             puts, seen = [], set()
-            for j, (k, v) in enumerate(zip(keys, present)):
+            for j, v in zip(missing, present):
+                k = keys[j]
                 if v is None and k not in seen:
                     seen.add(k)
                     puts.append((k, raw[j * ms:(j + 1) * ms]))
