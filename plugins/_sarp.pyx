@@ -22,7 +22,7 @@ held, which cannot deadlock because no lock holder ever waits for the GIL.
 import numpy as np
 cimport numpy as cnp
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
-from libc.stdlib cimport free, malloc, realloc, qsort
+from libc.stdlib cimport calloc, free, malloc, realloc, qsort
 from libc.string cimport memmove, memcpy
 
 cnp.import_array()
@@ -173,7 +173,7 @@ cdef struct Entry:
     uint8_t visible
     uint8_t next_state
     uint8_t refine_state
-    uint8_t pad
+    uint8_t in_slab      # list points into the directory's load slab (not its own malloc)
 
 
 
@@ -205,6 +205,7 @@ cdef class RoutingDirectory:
     cdef uint64_t n_slots
     cdef int64_t n_post
     cdef int64_t post_bytes
+    cdef Posting* slab       # every loaded posting list, one allocation (see load)
     cdef pb_rwlock lock
     cdef bint lock_ok
 
@@ -221,6 +222,7 @@ cdef class RoutingDirectory:
         self.n_ent = 0
         self.n_post = 0
         self.post_bytes = 0
+        self.slab = NULL
         if pb_rwlock_init(&self.lock) != 0:
             raise MemoryError("cannot create the directory lock")
         self.lock_ok = True
@@ -229,9 +231,11 @@ cdef class RoutingDirectory:
         cdef Py_ssize_t i
         if self.entries != NULL:
             for i in range(self.n_ent):
-                free(self.entries[i].list)
+                if not self.entries[i].in_slab:
+                    free(self.entries[i].list)
         free(self.entries)
         free(self.slots)
+        free(self.slab)
         if self.lock_ok:
             pb_rwlock_destroy(&self.lock)
 
@@ -291,6 +295,7 @@ cdef class RoutingDirectory:
         e.visible = visible
         e.next_state = 0
         e.refine_state = 0
+        e.in_slab = 0
         mask = self.n_slots - 1
         i = _slot_hash(key) & mask
         while self.slots[i] != 0:
@@ -316,9 +321,16 @@ cdef class RoutingDirectory:
             self.n_post -= 1
         if e.n == e.cap:
             cap = 1 if e.cap == 0 else (e.cap * 2 if e.cap < 64 else e.cap + e.cap // 2)
-            p = realloc(e.list, cap * sizeof(Posting))
-            if p == NULL:
-                return -1
+            if e.in_slab:        # a loaded list moves out of the slab when it first grows
+                p = malloc(cap * sizeof(Posting))
+                if p == NULL:
+                    return -1
+                memcpy(p, e.list, e.n * sizeof(Posting))
+                e.in_slab = 0
+            else:
+                p = realloc(e.list, cap * sizeof(Posting))
+                if p == NULL:
+                    return -1
             self.post_bytes += (cap - e.cap) * sizeof(Posting)
             e.list = <Posting*>p
             e.cap = cap
@@ -647,7 +659,12 @@ cdef class RoutingDirectory:
 
     def load(self, keys, offs, visible, next_state, refine_state, sizes, filters, segs):
         """Fill this EMPTY directory from a :meth:`dump` (snapshots): one C pass,
-        posting lists copied as they were dumped (already sorted)."""
+        posting lists copied as they were dumped (already sorted).
+
+        Recovery speed: the slot table and the entry array are sized once for
+        every entry (no rehash, no regrowth) and all posting lists share one
+        slab allocation instead of a malloc each; a list leaves the slab (is
+        copied to its own allocation) the first time an insert grows it."""
         cdef const uint64_t[::1] k = np.ascontiguousarray(keys, dtype=np.uint64)
         cdef const uint32_t[::1] o = np.ascontiguousarray(offs, dtype=np.uint32)
         cdef const uint8_t[::1] v = np.ascontiguousarray(visible, dtype=np.uint8)
@@ -668,9 +685,33 @@ cdef class RoutingDirectory:
             raise ValueError("load: posting arrays do not match the entry sizes")
         if sg.shape[0] and int(np.asarray(sg).max()) > MAX_SEG:
             raise OverflowError("load: a segment id does not fit the 32-bit posting reference")
+        cdef Py_ssize_t total = f.shape[0]
+        cdef uint64_t want = 128
+        cdef void* p
+        while <uint64_t>(n + 1) * 2 > want:
+            want *= 2
         with nogil:
             pb_wrlock(&self.lock)
-            for i in range(n):
+            if want > self.n_slots:
+                p = calloc(want, sizeof(uint32_t))
+                if p == NULL:
+                    r = -1
+                else:
+                    free(self.slots)
+                    self.slots = <uint32_t*>p
+                    self.n_slots = want
+            if r == 0 and n > self.cap_ent:
+                p = realloc(self.entries, n * sizeof(Entry))
+                if p == NULL:
+                    r = -1
+                else:
+                    self.entries = <Entry*>p
+                    self.cap_ent = n
+            if r == 0 and total > 0:
+                self.slab = <Posting*>malloc(total * sizeof(Posting))
+                if self.slab == NULL:
+                    r = -1
+            for i in range(n if r == 0 else 0):
                 e = self._create(k[i], o[i], v[i])
                 if e < 0:
                     r = -1
@@ -679,10 +720,8 @@ cdef class RoutingDirectory:
                 ent.next_state = ns[i]
                 ent.refine_state = rs[i]
                 if sz[i] > 0:
-                    ent.list = <Posting*>malloc(sz[i] * sizeof(Posting))
-                    if ent.list == NULL:
-                        r = -1
-                        break
+                    ent.list = self.slab + c
+                    ent.in_slab = 1
                     ent.cap = <uint32_t>sz[i]
                     ent.n = <uint32_t>sz[i]
                     self.post_bytes += sz[i] * sizeof(Posting)
