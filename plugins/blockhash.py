@@ -171,6 +171,12 @@ class SsdBlockHashStrategy(IndexStrategy):
                         choices=("sequential", "batch")),
         "batch_start": Option(4, "first chunk size for probe=batch (doubles each round)",
                               min=1, max=1 << 16),
+        "insert_probe": Option("batch", "how an insert finds the blocks it must write - "
+                               "batch: one get_many of every block of the request; bisect: "
+                               "binary search for the first missing block, log2(n) gets "
+                               "(valid because every insert writes a whole prefix in one "
+                               "atomic batch, so the stored blocks of a chain are a prefix)",
+                               choices=("batch", "bisect")),
     }
 
     def __init__(self, store=None, options=None, meta_size: int = META_SIZE):
@@ -233,7 +239,10 @@ class SsdBlockHashStrategy(IndexStrategy):
         # Probe outside the lock (usually most blocks are present), then re-probe
         # under it only the ones that were missing: the first writer of a block
         # still wins, and other threads' inserts wait only for the new blocks.
-        missing = [j for j, v in enumerate(self.store.get_many(keys)) if v is None]
+        if self.opts["insert_probe"] == "bisect":
+            missing = list(range(self._first_missing(keys), n))
+        else:
+            missing = [j for j, v in enumerate(self.store.get_many(keys)) if v is None]
         if not missing:
             return
         with self._insert_lock:
@@ -247,6 +256,18 @@ class SsdBlockHashStrategy(IndexStrategy):
             if puts:
                 self.store.write_items(puts)
                 self._entries += len(puts)
+
+    def _first_missing(self, keys: list) -> int:
+        """Index of the first block of ``keys`` not in the store (binary search)."""
+        get = self.store.get
+        lo, hi = 0, len(keys)
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if get(keys[mid]) is None:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
 
     # durability: the engine holds every entry; reopening it is the recovery
     rebuild_from_store = True

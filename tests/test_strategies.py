@@ -170,6 +170,8 @@ def _blockhash_strategies(stores: Stores, engine: str):
         "ssd-blockhash": SsdBlockHashStrategy(stores.open(engine)),
         "ssd-blockhash/batch": SsdBlockHashStrategy(stores.open(engine),
                                                     {"probe": "batch", "batch_start": 1}),
+        "ssd-blockhash/bisect": SsdBlockHashStrategy(stores.open(engine),
+                                                     {"insert_probe": "bisect"}),
     }
 
 
@@ -333,6 +335,24 @@ def test_ssd_blockhash_reads_one_block_per_probe_and_writes_only_new_blocks():
     assert store.stats().reads == 19
     st_ = s.stats()
     assert st_["matches"] == 2 and st_["store_reads_per_match"] == 9.5 and st_["entries"] == 12
+
+
+def test_ssd_blockhash_bisect_insert_reads_log_n_blocks_and_writes_the_same():
+    """insert_probe=bisect finds the first new block in ceil(log2(n+1)) gets and writes
+    exactly what the batch probe writes (first writer's metadata kept)."""
+    stores = {p: MemoryStore() for p in ("batch", "bisect")}
+    strats = {p: SsdBlockHashStrategy(st, {"insert_probe": p}) for p, st in stores.items()}
+    a = ids_of(range(1000))
+    b = ids_of(list(range(700)) + list(range(5000, 5300)))
+    for k, ids in enumerate((a, b, a[:10], b)):
+        for p, s in strats.items():
+            stores[p].reset_stats()
+            s.insert(ids, metas_of(ids, k))
+        if k == 1:
+            st = stores["bisect"].stats()
+            assert st.read_calls <= 11 and st.writes == 300
+    assert dict(stores["batch"]._data) == dict(stores["bisect"]._data)
+    assert strats["bisect"].stats()["entries"] == 1300
 
 
 def test_ssd_blockhash_batch_probe_uses_growing_chunks():
