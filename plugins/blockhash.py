@@ -239,14 +239,23 @@ class SsdBlockHashStrategy(IndexStrategy):
         # Probe outside the lock (usually most blocks are present), then re-probe
         # under it only the ones that were missing: the first writer of a block
         # still wins, and other threads' inserts wait only for the new blocks.
-        if self.opts["insert_probe"] == "bisect":
-            missing = list(range(self._first_missing(keys), n))
+        bisect = self.opts["insert_probe"] == "bisect"
+        if bisect:
+            d = self._first_missing(keys, 0)
+            missing = range(d, n)
         else:
             missing = [j for j, v in enumerate(self.store.get_many(keys)) if v is None]
         if not missing:
             return
         with self._insert_lock:
-            present = self.store.get_many([keys[j] for j in missing])
+            if bisect:           # the stored prefix only grows: block d still missing
+                #                  means all after it are; else search on from d + 1
+                if self.store.get(keys[d]) is not None:
+                    d = self._first_missing(keys, d + 1)
+                missing = range(d, n)
+                present = [None] * len(missing)
+            else:
+                present = self.store.get_many([keys[j] for j in missing])
             puts, seen = [], set()
             for j, v in zip(missing, present):
                 k = keys[j]
@@ -257,10 +266,11 @@ class SsdBlockHashStrategy(IndexStrategy):
                 self.store.write_items(puts)
                 self._entries += len(puts)
 
-    def _first_missing(self, keys: list) -> int:
-        """Index of the first block of ``keys`` not in the store (binary search)."""
+    def _first_missing(self, keys: list, lo: int) -> int:
+        """Index of the first block of ``keys`` not in the store (binary search in
+        ``[lo, len(keys))``; every block before ``lo`` is known to be stored)."""
         get = self.store.get
-        lo, hi = 0, len(keys)
+        hi = len(keys)
         while lo < hi:
             mid = (lo + hi) >> 1
             if get(keys[mid]) is None:
