@@ -222,9 +222,14 @@ class IndexStrategy(abc.ABC):
         from prefixbench.harness.snapshot import write_snapshot
         t0 = time.perf_counter()
         self._quiesce()
+        # The log position is read BEFORE the state is captured: every insert logged
+        # up to it was applied to memory first (the logged insert applies, then
+        # appends), so the snapshot holds it; inserts running concurrently with the
+        # capture get later sequence numbers and are replayed from the log on
+        # recovery (inserts are idempotent), so none is lost.
+        log_seq = self._log.seq if self._log is not None else None
         meta, sections = self._snapshot_state()
-        meta = dict(meta, options=self.opts, meta_size=self.meta_size,
-                    log_seq=self._log.seq if self._log is not None else None)
+        meta = dict(meta, options=self.opts, meta_size=self.meta_size, log_seq=log_seq)
         nbytes = write_snapshot(directory, self.name, meta, sections, fault=fault)
         return {"bytes": nbytes, "seconds": time.perf_counter() - t0}
 

@@ -206,6 +206,36 @@ def test_nothing_acknowledged_after_the_snapshot_is_lost(tmp_path, name):
         assert [bytes(x) for x in np.asarray(m.metas)] == [first[b] for b in q.tolist()]
 
 
+@pytest.mark.parametrize("name", ["radix", "dram-blockhash", "segment-radix"])
+def test_insert_racing_the_snapshot_capture_is_not_lost(tmp_path, name):
+    """An insert acknowledged while the snapshot is being captured (after the state
+    was read, before the snapshot is published) must come back: the snapshot's log
+    position is read before its state, so that insert is replayed from the log."""
+    store = MemoryStore(StoreConfig())
+    s = new(name, store, EXACT.get(name))
+    d = tmp_path / "snap"
+    s.enable_log(d)
+    seqs = make_seqs(12, n=40)
+    for i, q in enumerate(seqs[:-1]):
+        s.insert(q, make_metas(q, i))
+    capture = s._snapshot_state
+    late = seqs[-1]
+
+    def capture_then_race():
+        state = capture()
+        s.insert(late, make_metas(late, len(seqs) - 1))     # another thread, acknowledged
+        return state
+    s._snapshot_state = capture_then_race
+    s.snapshot(d)
+    r = recover(name, store, d, EXACT.get(name))           # "crash" right after publishing
+    assert r.recovery["log_replayed"] >= 1
+    first = expected_oracle(seqs)
+    for q in seqs:
+        m = r.match(q)
+        assert m.n_blocks == len(q), name
+        assert [bytes(x) for x in np.asarray(m.metas)] == [first[b] for b in q.tolist()]
+
+
 def test_sarp_extension_journal_is_replayed(tmp_path):
     """An in-place extension after the snapshot (same segment id) is routable again."""
     store = MemoryStore(StoreConfig())
