@@ -20,13 +20,20 @@ line naming the file and what is wrong - and nothing of that file is ever
 served.
 
 Publication (:func:`write_snapshot`): write ``index.pbsnap.tmp``, fsync it,
-``rename`` it over ``index.pbsnap``, fsync the directory.  ``rename`` is
-atomic, so a reader sees the previous complete snapshot or the new one,
-never a mix; a crash before the rename leaves the old snapshot (and a stale
-``.tmp`` that the reader ignores and the next writer replaces).  The
+keep the current snapshot as ``index.prev.pbsnap`` (a hard link, renamed into
+place), ``rename`` the new one over ``index.pbsnap``, fsync the directory.
+``rename`` is atomic, so a reader sees the previous complete snapshot or the
+new one, never a mix; a crash before the rename leaves the old snapshot (and a
+stale ``.tmp`` that the reader ignores and the next writer replaces).  The
 ``fault`` hook (or module-level :data:`FAULT_HOOK`) is called after each step
-(``"temp-written"``, ``"temp-fsynced"``, ``"renamed"``, ``"dir-fsynced"``) so a
-test can "crash" there by raising.
+(``"temp-written"``, ``"temp-fsynced"``, ``"previous-kept"``, ``"renamed"``,
+``"dir-fsynced"``) so a test can "crash" there by raising.
+
+Two generations: recovery falls back to ``index.prev.pbsnap`` (plus the log
+after it) when the newest snapshot is corrupt, so after publishing snapshot N
+the insert log is truncated only through snapshot N-1's position
+(:meth:`InsertLog.truncate_through`) - it stays bounded by two snapshots'
+worth of inserts instead of growing forever.
 
 Insert log ``<dir>/inserts.pblog`` (:class:`InsertLog`): an 8-byte magic and a
 u32 meta size, then one record per acknowledged insert: ``u32 n, u64 seq,
@@ -41,6 +48,7 @@ from __future__ import annotations
 import json
 import os
 import struct
+import threading
 import zlib
 from dataclasses import dataclass, field
 
@@ -51,14 +59,15 @@ from prefixbench.harness.errors import PrefixbenchError
 
 __all__ = ["SnapshotError", "Snapshot", "write_snapshot", "read_snapshot", "snapshot_path",
            "snapshot_bytes", "InsertLog", "FORMAT_VERSION", "SNAPSHOT_FILE", "LOG_FILE",
-           "FAULT_STEPS"]
+           "FAULT_STEPS", "PREVIOUS_FILE", "snapshot_log_seq"]
 
 MAGIC = b"PBSNAP\x00\x01"
 FORMAT_VERSION = 1
 SNAPSHOT_FILE = "index.pbsnap"
+PREVIOUS_FILE = "index.prev.pbsnap"
 LOG_FILE = "inserts.pblog"
 ALIGN = 64
-FAULT_STEPS = ("temp-written", "temp-fsynced", "renamed", "dir-fsynced")
+FAULT_STEPS = ("temp-written", "temp-fsynced", "previous-kept", "renamed", "dir-fsynced")
 _PREFIX = struct.Struct("<8sII")
 _U32 = struct.Struct("<I")
 _CHUNK = 64 << 20
@@ -82,8 +91,8 @@ class Snapshot:
     load_s: float = 0.0
 
 
-def snapshot_path(directory) -> str:
-    return os.path.join(os.fspath(directory), SNAPSHOT_FILE)
+def snapshot_path(directory, previous: bool = False) -> str:
+    return os.path.join(os.fspath(directory), PREVIOUS_FILE if previous else SNAPSHOT_FILE)
 
 
 def snapshot_bytes(directory) -> int:
@@ -150,6 +159,14 @@ def write_snapshot(directory, strategy: str, meta: dict, sections: dict, fault=N
         os.fsync(f.fileno())
     if hook:
         hook("temp-fsynced", tmp)
+    if os.path.exists(final):           # keep the current one as the previous generation
+        prev = snapshot_path(directory, previous=True)
+        if os.path.exists(prev + ".tmp"):
+            os.unlink(prev + ".tmp")
+        os.link(final, prev + ".tmp")
+        os.replace(prev + ".tmp", prev)
+        if hook:
+            hook("previous-kept", prev)
     os.replace(tmp, final)
     if hook:
         hook("renamed", final)
@@ -159,11 +176,12 @@ def write_snapshot(directory, strategy: str, meta: dict, sections: dict, fault=N
     return off
 
 
-def read_snapshot(directory, strategy: str | None = None) -> Snapshot:
-    """The published snapshot, every checksum verified; :class:`SnapshotError` otherwise."""
+def read_snapshot(directory, strategy: str | None = None, previous: bool = False) -> Snapshot:
+    """The published snapshot (``previous``: the generation before it), every checksum
+    verified; :class:`SnapshotError` otherwise."""
     import time
     t0 = time.perf_counter()
-    path = snapshot_path(directory)
+    path = snapshot_path(directory, previous)
 
     def bad(what: str):
         return SnapshotError(f"snapshot {path}: {what}")
@@ -221,6 +239,25 @@ def read_snapshot(directory, strategy: str | None = None) -> Snapshot:
     return Snapshot(path, name, meta, sections, size, time.perf_counter() - t0)
 
 
+def snapshot_log_seq(directory, previous: bool = False) -> int | None:
+    """The insert-log position a snapshot covers, from its checked header only;
+    None when there is no such snapshot or its header does not verify."""
+    path = snapshot_path(directory, previous)
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(_PREFIX.size)
+            magic, version, hlen = _PREFIX.unpack(raw)
+            js = f.read(hlen)
+            ck = f.read(_U32.size)
+        if (magic != MAGIC or version != FORMAT_VERSION or len(js) < hlen
+                or len(ck) < _U32.size or zlib.crc32(raw + js) != _U32.unpack(ck)[0]):
+            return None
+        seq = json.loads(js)["meta"].get("log_seq")
+        return None if seq is None else int(seq)
+    except (OSError, struct.error, ValueError, KeyError, TypeError):
+        return None
+
+
 # ----------------------------------------------------------------------------- insert log
 _LOG_MAGIC = b"PBLOG\x00\x00\x01"
 _REC = struct.Struct("<IQ")
@@ -237,6 +274,7 @@ class InsertLog:
         self.sync = sync
         self.seq = 0
         self.dropped_bytes = 0
+        self._lock = threading.Lock()       # appends from several threads, truncation
         good = 0
         if os.path.exists(self.path):
             for seq, _ids, _m, end in read_log(self.directory, meta_size, 1 << 63, self):
@@ -257,13 +295,43 @@ class InsertLog:
     def append(self, ids: np.ndarray, metas: np.ndarray) -> int:
         ids = np.ascontiguousarray(ids, dtype="<u8")
         metas = np.ascontiguousarray(metas, dtype=np.uint8)
-        self.seq += 1
-        body = _REC.pack(len(ids), self.seq) + ids.tobytes() + metas.tobytes()
-        self._f.write(body + _U32.pack(zlib.crc32(body)))
-        self._f.flush()
-        if self.sync:
-            os.fdatasync(self._f.fileno())
-        return self.seq
+        with self._lock:
+            self.seq += 1
+            body = _REC.pack(len(ids), self.seq) + ids.tobytes() + metas.tobytes()
+            self._f.write(body + _U32.pack(zlib.crc32(body)))
+            self._f.flush()
+            if self.sync:
+                os.fdatasync(self._f.fileno())
+            return self.seq
+
+    def truncate_through(self, seq: int) -> int:
+        """Drop the records with sequence numbers up to ``seq`` (a snapshot that is
+        kept covers them); returns the bytes dropped.  Published like a snapshot
+        (temp file, fsync, rename, fsync of the directory), so a crash leaves the
+        old log or the new one; appends wait meanwhile."""
+        with self._lock:
+            self._f.flush()
+            hs = len(_LOG_MAGIC) + _U32.size
+            start = hs                       # where the first record to keep begins
+            for s, _i, _m, end in read_log(self.directory, self.meta_size, 1 << 63):
+                if s > seq:
+                    break
+                start = end
+            if start <= hs:
+                return 0
+            self._f.seek(start)
+            tail = self._f.read()
+            tmp = self.path + ".tmp"
+            with open(tmp, "wb") as f:
+                f.write(_LOG_MAGIC + _U32.pack(self.meta_size) + tail)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+            fsync_dir(self.directory)
+            self._f.close()
+            self._f = open(self.path, "r+b")
+            self._f.seek(0, os.SEEK_END)
+            return start - hs
 
     def close(self) -> None:
         if not self._f.closed:

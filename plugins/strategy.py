@@ -47,7 +47,6 @@ from __future__ import annotations
 import abc
 import os
 import sys
-import threading
 import time
 from dataclasses import dataclass
 from typing import ClassVar
@@ -207,19 +206,19 @@ class IndexStrategy(abc.ABC):
         from prefixbench.harness.snapshot import InsertLog
         self._log = InsertLog(directory, self.meta_size, sync)
         inner = type(self).insert.__get__(self)
-        lock = threading.Lock()
         log = self._log
 
         def insert(block_ids, metas):
             inner(block_ids, metas)
-            with lock:
-                log.append(block_ids, metas)
+            log.append(block_ids, metas)       # serialised by the log
         self.insert = insert
         return True
 
     def snapshot(self, directory, fault=None) -> dict:
-        """Publish this index's state under ``directory``; returns ``{"bytes", "seconds"}``."""
-        from prefixbench.harness.snapshot import write_snapshot
+        """Publish this index's state under ``directory``; returns ``{"bytes", "seconds",
+        "log_bytes_dropped"}``.  The insert log then keeps only what the previous
+        snapshot (the fallback generation) does not cover."""
+        from prefixbench.harness.snapshot import snapshot_log_seq, write_snapshot
         t0 = time.perf_counter()
         self._quiesce()
         # The log position is read BEFORE the state is captured: every insert logged
@@ -231,7 +230,13 @@ class IndexStrategy(abc.ABC):
         meta, sections = self._snapshot_state()
         meta = dict(meta, options=self.opts, meta_size=self.meta_size, log_seq=log_seq)
         nbytes = write_snapshot(directory, self.name, meta, sections, fault=fault)
-        return {"bytes": nbytes, "seconds": time.perf_counter() - t0}
+        dropped = 0
+        if self._log is not None and os.path.samefile(self._log.directory, directory):
+            prev = snapshot_log_seq(directory, previous=True)
+            if prev:
+                dropped = self._log.truncate_through(prev)
+        return {"bytes": nbytes, "seconds": time.perf_counter() - t0,
+                "log_bytes_dropped": dropped}
 
     @classmethod
     def recover(cls, store, directory, options: dict | None = None, meta_size: int = META_SIZE,
@@ -249,8 +254,10 @@ class IndexStrategy(abc.ABC):
                 "deserialize_s": 0.0, "rebuild_s": 0.0, "snapshot_bytes": 0, "log_replayed": 0}
         t0 = time.perf_counter()
         self = None
-        try:
-            snap = read_snapshot(directory, cls.name)
+
+        def from_snapshot(previous: bool):
+            t0 = time.perf_counter()
+            snap = read_snapshot(directory, cls.name, previous)
             info["load_s"] = time.perf_counter() - t0
             info["snapshot_bytes"] = snap.nbytes
             m = snap.meta
@@ -278,8 +285,24 @@ class IndexStrategy(abc.ABC):
             if has_log and m.get("log_seq") is not None:
                 info["log_replayed"] = self._replay(read_log(directory, meta_size, m["log_seq"]))
             info["rebuild_s"] = time.perf_counter() - t2
+            return self
+
+        try:
+            try:
+                self = from_snapshot(previous=False)
+            except SnapshotError as e:
+                if not os.path.exists(snapshot_path(directory, previous=True)):
+                    raise
+                # the generation before it, plus the log after it (kept for this case)
+                info["snapshot_error"] = str(e)
+                self = from_snapshot(previous=True)
+                info["source"] = "previous-snapshot"
+                if not quiet:
+                    print(f"prefixbench: {e}; recovering from the previous snapshot",
+                          file=sys.stderr)
         except SnapshotError as e:
-            info["snapshot_error"] = str(e)
+            e = info["snapshot_error"] or str(e)    # the newest snapshot's problem first
+            info["snapshot_error"] = e
             if cls.rebuild_from_store:
                 how = "rebuilding from the store"
             elif has_log and log_first_seq(directory, meta_size) in (

@@ -102,7 +102,7 @@ def test_crash_between_publication_steps_leaves_old_or_new(tmp_path, step):
     with pytest.raises(Crash):
         write_snapshot(tmp_path, "x", {"v": 2}, sections(2), fault=hook)
     s = read_snapshot(tmp_path, "x")
-    want = 1 if step in ("temp-written", "temp-fsynced") else 2
+    want = 1 if step in ("temp-written", "temp-fsynced", "previous-kept") else 2
     assert s.meta["v"] == want
     assert np.array_equal(s.sections["a"], sections(want)["a"])
     # the next publication works over a stale temp file
@@ -335,3 +335,54 @@ def test_layout_option_mismatch_is_refused(tmp_path):
     s.snapshot(tmp_path)
     with pytest.raises(SnapshotError, match="written with S=16"):
         recover("segment-radix", store, tmp_path, {"S": 32})
+
+
+# ----------------------------------------------------------------------------- two generations
+def test_log_is_truncated_through_the_previous_snapshot(tmp_path):
+    """After snapshot N the log keeps only the records snapshot N-1 does not cover:
+    bounded, and still enough to recover from N-1 if N turns out corrupt."""
+    s = new("dram-blockhash", None)
+    s.enable_log(tmp_path)
+    seqs = make_seqs(21, n=25)
+
+    def logged():
+        return [r[0] for r in snap.read_log(tmp_path, 16, after=1 << 63)]
+    for i, q in enumerate(seqs[:10]):
+        s.insert(q, make_metas(q, i))
+    assert s.snapshot(tmp_path)["log_bytes_dropped"] == 0      # no previous generation yet
+    assert logged() == list(range(1, 11))
+    for i, q in enumerate(seqs[10:20], 10):
+        s.insert(q, make_metas(q, i))
+    assert s.snapshot(tmp_path)["log_bytes_dropped"] > 0
+    assert logged() == list(range(11, 21))
+    assert snap.snapshot_log_seq(tmp_path, previous=True) == 10
+    for i, q in enumerate(seqs[20:], 20):
+        s.insert(q, make_metas(q, i))                          # appends go on after truncation
+    s.snapshot(tmp_path)
+    assert logged() == list(range(21, 26))
+    r = recover("dram-blockhash", None, tmp_path)
+    first = expected_oracle(seqs)
+    for q in seqs:
+        assert [bytes(x) for x in np.asarray(r.match(q).metas)] == [first[b] for b in q.tolist()]
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("name", ["radix", "dram-blockhash", "segment-radix", "sarp"])
+def test_corrupt_newest_snapshot_recovers_from_the_previous_one(tmp_path, capsys, name, case):
+    store = MemoryStore(StoreConfig())
+    s = new(name, store, EXACT.get(name))
+    s.enable_log(tmp_path)
+    seqs = make_seqs(22, n=60)
+    for i, q in enumerate(seqs):
+        s.insert(q, make_metas(q, i))
+        if i in (19, 39):
+            s.snapshot(tmp_path)
+    corrupt(tmp_path, case)
+    r = recover(name, store, tmp_path, EXACT.get(name))
+    assert r.recovery["source"] == "previous-snapshot", r.recovery
+    assert "recovering from the previous snapshot" in capsys.readouterr().err
+    first = expected_oracle(seqs)
+    for q in seqs:
+        m = r.match(q)
+        assert m.n_blocks == len(q), name
+        assert [bytes(x) for x in np.asarray(m.metas)] == [first[b] for b in q.tolist()]
