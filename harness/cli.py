@@ -197,6 +197,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--durability", choices=("sync", "async", "off"), default="async")
     p.add_argument("--work-dir", help="new or empty directory for the store and the snapshot "
                    "(default: a temporary directory, removed afterwards)")
+    p.add_argument("--repeat", type=int, default=1, metavar="K",
+                   help="recover the one build K times, each in a fresh process and checked "
+                   "(default: 1; 1-100)")
     p.add_argument("-o", "--output", help="pyperf JSON output file")
 
     p = sub.add_parser("crashtest", help="kill -9 a durable replay at random points and check "
@@ -478,7 +481,9 @@ def cmd_recover(args, leftover, argv, quiet):
         strategy_options=parse_kv("--strategy-option", args.strategy_option),
         engine_options=parse_kv("--engine-option", args.engine_option),
         cache_bytes=parse_size("--cache-bytes", args.cache_bytes), durability=args.durability,
-        work_dir=args.work_dir)
+        work_dir=args.work_dir, repeat=args.repeat)
+    if not 1 <= args.repeat <= 100:
+        raise ConfigError(f"option --repeat: {args.repeat} must be between 1 and 100")
     from prefixbench.plugins.registry import get_registry
     cls = get_registry().get("strategy", spec.strategy).factory
     if cls.needs_store and not spec.engine:
