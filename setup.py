@@ -2,18 +2,23 @@
 
 Every ``<folder>/_name.pyx`` in a package folder becomes the extension
 ``prefixbench.<folder>._name``; each sits beside its pure-Python reference.
+
+``PREFIXBENCH_PURE=1`` at build time builds no extension at all (no C
+compiler, Cython or NumPy headers needed): the installed package then runs
+its pure-Python references, and must run with ``PREFIXBENCH_PURE=1`` too
+(``prefixbench.harness.accel`` refuses to fall back silently otherwise).
 """
 import glob
 import os
 
-import numpy
-from Cython.Build import cythonize
 from setuptools import Extension, setup
 
 FOLDERS = ("harness", "plugins", "engines", "workloads", "reports")
+PURE = os.environ.get("PREFIXBENCH_PURE", "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def extensions():
+    import numpy
     for folder in FOLDERS:
         for src in sorted(glob.glob(os.path.join(folder, "*.pyx"))):
             mod = os.path.splitext(os.path.basename(src))[0]
@@ -25,10 +30,15 @@ def extensions():
             )
 
 
-setup(
-    ext_modules=cythonize(
+def ext_modules():
+    if PURE:
+        return []
+    from Cython.Build import cythonize
+    return cythonize(
         list(extensions()),
         compiler_directives={"language_level": "3", "boundscheck": False,
                              "wraparound": False, "cdivision": True},
-    ),
-)
+    )
+
+
+setup(ext_modules=ext_modules())

@@ -303,9 +303,9 @@ class EngineConformance:
         list(store.scan())
         store.sync()
         s = store.stats().as_dict()
-        assert s == {"reads": 6, "read_calls": 3, "hits": 4, "bytes_read": 6,
-                     "writes": 4, "write_batches": 4, "deletes": 2, "bytes_written": 7,
-                     "scans": 1, "syncs": 1}
+        assert s == {"reads": 6, "read_calls": 3, "batch_read_calls": 1, "hits": 4,
+                     "bytes_read": 6, "writes": 4, "write_batches": 4, "deletes": 2,
+                     "bytes_written": 7, "scans": 1, "syncs": 1}
 
     # ----- threads ----------------------------------------------------
     def test_get_many_from_threads_equals_single_gets(self, store):

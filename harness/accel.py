@@ -21,7 +21,7 @@ import os
 
 from prefixbench.harness.errors import ConfigError
 
-__all__ = ["ENV_VAR", "PURE", "IMPLEMENTATION", "compiled", "pure_requested"]
+__all__ = ["ENV_VAR", "IMPLEMENTATION", "PURE", "compiled", "pure_requested"]
 
 ENV_VAR = "PREFIXBENCH_PURE"
 

@@ -150,6 +150,10 @@ def run(spec: RunSpec, *, output: str | None, quiet: bool, our_argv: list[str],
         if quiet and not is_worker:
             argv.append("--quiet")
         runner.parse_args(argv)
+        from prefixbench.harness import accel
+        if accel.PURE:          # pyperf workers start with a clean environment
+            runner.args.inherit_environ = [*(runner.args.inherit_environ or []),
+                                           accel.ENV_VAR]
         runner.metadata.update(metadata)
         runner.metadata["gc"] = "frozen+disabled in workers after warm-up"
         time_func, n_queries, cleanup = _warm_match_bench(spec) if is_worker else (None, 1, None)

@@ -27,6 +27,8 @@ second per core.  The functions in this module are the pure-Python reference;
 from __future__ import annotations
 
 import numpy as np
+from prefixbench.harness import accel
+from prefixbench.harness.errors import ConfigError
 
 MASK = (1 << 64) - 1
 K0 = 0x46DF2EF7ACB7317F
@@ -103,10 +105,24 @@ def chain_ids_py(ids, h0: int) -> np.ndarray:
     return out
 
 
-try:  # the compiled twin; the tests assert it is present in the default build
-    from prefixbench.harness._blockids import chain_ids, chain_tokens  # noqa: F401
-    COMPILED = True
-except ImportError:  # pragma: no cover - only without a build
+# the compiled twin, or the references above in pure-Python mode (harness/accel.py
+# decides; a missing build is one clear error, never a silent fallback)
+try:
+    _compiled, _missing = accel.compiled("prefixbench.harness._blockids"), None
+except ConfigError as e:
+    # `import prefixbench` must not die with a traceback: the error is raised on
+    # first use instead (inside the CLI, which prints it as one line)
+    _compiled, _missing = None, str(e)
+if _compiled is not None:
+    chain_tokens = _compiled.chain_tokens
+    chain_ids = _compiled.chain_ids
+elif _missing is not None:
+    def chain_tokens(*args, **kwargs):
+        raise ConfigError(_missing)
+
+    def chain_ids(*args, **kwargs):
+        raise ConfigError(_missing)
+else:
     chain_tokens = chain_tokens_py
     chain_ids = chain_ids_py
-    COMPILED = False
+COMPILED = _compiled is not None

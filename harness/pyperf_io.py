@@ -88,13 +88,16 @@ def versions() -> dict:
 
 def run_metadata(strategy: str, engine: str | None, workload: str, config: dict) -> dict:
     """Metadata recorded in every benchmark of a run (str/int/float, one line each)."""
+    from prefixbench.harness import accel
     md = {
         "strategy": strategy,
         "engine": engine or "none",
         "workload": workload,
         "config": json.dumps(config, sort_keys=True, default=str),
         "git_commit": git_commit(),
-        "prefixbench_argv": " ".join(sys.argv[1:])[:500],
+        "prefixbench_argv": " ".join(sys.argv[1:])[:500] or "(none)",
+        # "cython" or "pure-python" (PREFIXBENCH_PURE=1): never compare the two unknowingly
+        "prefixbench_impl": accel.IMPLEMENTATION,
     }
     md.update(versions())
     return md

@@ -86,9 +86,8 @@ import queue
 import threading
 
 import numpy as np
+from prefixbench.harness import accel
 from prefixbench.harness.errors import ConfigError
-from prefixbench.plugins import _sarp
-from prefixbench.plugins._sarp import RoutingDirectory
 from prefixbench.plugins.hookspecs import hookimpl
 from prefixbench.plugins.segments import (SEGMENT_KEY_LIMIT, Segment, SegmentLayer, max_key,
                                           verify_raws, verify_raws_py)
@@ -100,6 +99,10 @@ from prefixbench.plugins.strategy import (
     as_block_ids,
     as_metas,
 )
+
+#: the compiled hot paths, or (pure-Python mode, ``PREFIXBENCH_PURE=1``) the namespace
+#: of references defined below under the same names
+_sarp = accel.compiled("prefixbench.plugins._sarp")
 
 __all__ = ["SarpStrategy", "RoutingDirectory", "RoutingDirectoryPy", "filters_py",
            "max_potential_py", "NONE", "PENDING", "LIVE"]
@@ -175,58 +178,97 @@ def max_potential_py(filters_sorted, qf: int, nfields: int, stride: int, bits: i
     return L, a, b
 
 
+_MAX_SEG = 0xFFFFFFFF
+_ENTRY_BYTES, _POSTING_BYTES, _SLOT_BYTES = 32, 12, 4     # the compiled layout's sizes
+
+
 class _EntryPy:
-    __slots__ = ("off", "visible", "next_state", "refine_state", "items")
+    __slots__ = ("off", "visible", "next_state", "refine_state", "items", "cap")
 
     def __init__(self, off, visible):
         self.off, self.visible = off, visible
         self.next_state = self.refine_state = NONE
         self.items: list[tuple[int, int]] = []    # sorted by (filter, -seg)
+        self.cap = 0                              # the compiled posting array's capacity
 
 
 class RoutingDirectoryPy:
-    """Reference of :class:`RoutingDirectory` (dicts and lists, one lock)."""
+    """Reference of :class:`RoutingDirectory` (dicts and lists, one lock).
+
+    The same API, answers, errors and byte accounting (``nbytes``/``used_bytes``
+    follow the compiled table's and posting arrays' growth rules); :meth:`dump`
+    and :meth:`load` use the same arrays, so a snapshot of either loads in the other.
+    """
 
     def __init__(self):
         self._d: dict[int, _EntryPy] = {}
         self._lock = threading.Lock()
+        self._cap_ent, self._n_slots = 64, 128
+        self._n_post = self._post_bytes = 0
 
+    # ---- accounting of the compiled layout (under the lock) -----------------
+    def _create(self, key: int, off: int, visible: bool) -> _EntryPy:
+        if (len(self._d) + 1) * 2 > self._n_slots:
+            self._n_slots *= 2
+        if len(self._d) == self._cap_ent:
+            self._cap_ent *= 2
+        e = self._d[key] = _EntryPy(int(off) & 0xFFFFFFFF, bool(visible))
+        return e
+
+    def _add(self, e: _EntryPy, filt: int, seg: int, replace: bool) -> None:
+        for i, (f, s) in enumerate(e.items):
+            if -s == seg:
+                if not replace or f == filt:
+                    return
+                del e.items[i]
+                self._n_post -= 1
+                break
+        if len(e.items) == e.cap:
+            cap = 1 if e.cap == 0 else (e.cap * 2 if e.cap < 64 else e.cap + e.cap // 2)
+            self._post_bytes += (cap - e.cap) * _POSTING_BYTES
+            e.cap = cap
+        bisect.insort(e.items, (filt, -seg))
+        self._n_post += 1
+
+    # ---- mutation -------------------------------------------------------------
     def upsert(self, key, off, filt, seg, visible_if_new):
+        key, filt, seg = int(key), int(filt), int(seg)
+        if seg > _MAX_SEG:
+            raise OverflowError(f"segment id {seg} does not fit the 32-bit posting reference")
         with self._lock:
-            e = self._d.get(int(key))
+            e = self._d.get(key)
             if e is None:
-                e = self._d[int(key)] = _EntryPy(int(off), bool(visible_if_new))
+                e = self._create(key, off, visible_if_new)
             # items hold (filter, -seg): ascending order is filter up, segment id down
-            for i, (f, s) in enumerate(e.items):
-                if -s == int(seg):
-                    if f == int(filt):
-                        break
-                    del e.items[i]
-                    bisect.insort(e.items, (int(filt), -int(seg)))
-                    break
-            else:
-                bisect.insort(e.items, (int(filt), -int(seg)))
+            self._add(e, filt, seg, True)
             return len(e.items), e.visible, e.next_state, e.refine_state
 
     def set_state(self, key, next_state=-1, refine_state=-1):
         with self._lock:
-            e = self._d[int(key)]
-            if next_state >= 0:
-                e.next_state = next_state
-            if refine_state >= 0:
-                e.refine_state = refine_state
+            e = self._d.get(int(key))
+            if e is not None:
+                if next_state >= 0:
+                    e.next_state = next_state
+                if refine_state >= 0:
+                    e.refine_state = refine_state
+        if e is None:
+            raise KeyError(key)
 
     def publish(self, keys, offs, filts, segs, flip_keys, parent, which):
+        keys, offs = np.asarray(keys, np.uint64).tolist(), np.asarray(offs).tolist()
+        filts, segs = np.asarray(filts, np.uint64).tolist(), np.asarray(segs, np.uint64).tolist()
+        if not len(offs) == len(filts) == len(segs) == len(keys):
+            raise ValueError("publish: keys, offs, filts and segs differ in length")
+        for s in segs:
+            if s > _MAX_SEG:
+                raise OverflowError(f"segment id {s} does not fit the 32-bit posting reference")
         with self._lock:
-            for k, o, f, s in zip(np.asarray(keys, np.uint64).tolist(), np.asarray(offs).tolist(),
-                                  np.asarray(filts, np.uint64).tolist(),
-                                  np.asarray(segs, np.uint64).tolist()):
+            for k, o, f, s in zip(keys, offs, filts, segs):
                 e = self._d.get(k)
                 if e is None:
-                    e = self._d[k] = _EntryPy(o, True)
+                    e = self._create(k, o, True)
                 e.visible = True
-                if all(-x != s for _, x in e.items):
-                    bisect.insort(e.items, (f, -s))
+                self._add(e, f, s, False)
             for k in np.asarray(flip_keys, np.uint64).tolist():
                 if k in self._d:
                     self._d[k].visible = True
@@ -237,6 +279,7 @@ class RoutingDirectoryPy:
                 else:
                     p.refine_state = LIVE
 
+    # ---- queries ----------------------------------------------------------------
     def info(self, key):
         with self._lock:
             e = self._d.get(int(key))
@@ -246,7 +289,9 @@ class RoutingDirectoryPy:
 
     def postings(self, key):
         with self._lock:
-            e = self._d[int(key)]
+            e = self._d.get(int(key))
+            if e is None:
+                raise KeyError(key)
             return (np.array([f for f, _ in e.items], dtype=np.uint64),
                     np.array([-s for _, s in e.items], dtype=np.uint64))
 
@@ -254,6 +299,10 @@ class RoutingDirectoryPy:
         keys = np.asarray(keys, np.uint64).tolist()
         offsets = np.asarray(offsets, np.int64).tolist()
         qfilters = np.asarray(qfilters, np.uint64).tolist()
+        if len(qfilters) < len(keys) and filtering:
+            raise ValueError("plan: fewer query filters than keys")
+        if len(offsets) < len(keys):
+            raise ValueError("plan: fewer offsets than keys")
         with self._lock:
             for j, k in enumerate(keys):
                 e = self._d.get(k)
@@ -282,6 +331,21 @@ class RoutingDirectoryPy:
             prev = (a, b)
         return (j, np.array(out[:m], np.uint64), np.array(pots[:m], np.int64), n, hi - lo)
 
+    def route(self, qw, probe_desc, nfields, stride, bits, filtering, limit):
+        """:meth:`plan` for the query window ``qw`` (probe points = the offsets of
+        ``probe_desc`` below ``len(qw)``), as the compiled ``route``."""
+        q = np.ascontiguousarray(qw, dtype=np.uint64)
+        pd = np.ascontiguousarray(probe_desc, dtype=np.int64)
+        if len(pd) > 256:
+            raise ValueError("route: more than 256 routing points per window")
+        qlen = len(q)
+        offs = pd[pd < qlen] if qlen else pd[:0]
+        if len(offs) == 0:
+            return -1, np.empty(0, np.uint64), np.empty(0, np.int64), 0, 0
+        qf = filters_py(q, qlen, offs, nfields, stride, bits) if filtering else \
+            np.zeros(len(offs), np.uint64)
+        return self.plan(q[offs], qf, offs, qlen, nfields, stride, bits, filtering, limit)
+
     def dump(self):
         with self._lock:
             keys = list(self._d)
@@ -297,27 +361,37 @@ class RoutingDirectoryPy:
                     "segs": np.array([-s for e in es for _, s in e.items], np.uint64)}
 
     def load(self, keys, offs, visible, next_state, refine_state, sizes, filters, segs):
+        keys, offs = np.asarray(keys, np.uint64).tolist(), np.asarray(offs).tolist()
+        visible, sizes = np.asarray(visible).tolist(), np.asarray(sizes, np.int64).tolist()
+        next_state, refine_state = np.asarray(next_state).tolist(), np.asarray(refine_state).tolist()
+        fl, sg = np.asarray(filters, np.uint64).tolist(), np.asarray(segs, np.uint64).tolist()
         with self._lock:
             if self._d:
                 raise ValueError("load: the directory is not empty")
-            if int(np.asarray(sizes).sum()) != len(filters) or len(filters) != len(segs):
+            if not (len(offs) == len(visible) == len(next_state) == len(refine_state)
+                    == len(sizes) == len(keys)):
+                raise ValueError("load: entry arrays differ in length")
+            if sum(sizes) != len(fl) or len(fl) != len(sg):
                 raise ValueError("load: posting arrays do not match the entry sizes")
+            if sg and max(sg) > _MAX_SEG:
+                raise OverflowError("load: a segment id does not fit the 32-bit posting reference")
             c = 0
-            fl, sg = np.asarray(filters, np.uint64).tolist(), np.asarray(segs, np.uint64).tolist()
-            for k, o, v, ns, rs, n in zip(np.asarray(keys, np.uint64).tolist(),
-                                          np.asarray(offs).tolist(), np.asarray(visible).tolist(),
-                                          np.asarray(next_state).tolist(),
-                                          np.asarray(refine_state).tolist(),
-                                          np.asarray(sizes).tolist()):
-                e = self._d[k] = _EntryPy(o, bool(v))
+            for k, o, v, ns, rs, n in zip(keys, offs, visible, next_state, refine_state, sizes):
+                e = self._create(k, o, bool(v))
                 e.next_state, e.refine_state = ns, rs
                 e.items = [(fl[i], -sg[i]) for i in range(c, c + n)]
+                e.cap = n
+                self._n_post += n
+                self._post_bytes += n * _POSTING_BYTES
                 c += n
 
     def check(self):
-        for e in self._d.values():
-            assert e.items == sorted(e.items)
-            assert len({s for _, s in e.items}) == len(e.items)
+        with self._lock:
+            for i, e in enumerate(self._d.values()):
+                if e.items != sorted(e.items):
+                    raise AssertionError(f"entry {i} unsorted")
+                if len({s for _, s in e.items}) != len(e.items):
+                    raise AssertionError(f"entry {i} lists a segment twice")
         return True
 
     @property
@@ -326,17 +400,36 @@ class RoutingDirectoryPy:
 
     @property
     def n_postings(self):
-        return sum(len(e.items) for e in self._d.values())
+        return self._n_post
 
     @property
     def nbytes(self):
-        """Rough: the compiled layout's sizes, not Python's."""
-        return 40 * len(self._d) + 12 * self.n_postings
+        """Bytes the compiled directory would allocate: entry array, hash table, posting arrays."""
+        return self._cap_ent * _ENTRY_BYTES + self._n_slots * _SLOT_BYTES + self._post_bytes
 
-    used_bytes = nbytes
+    @property
+    def used_bytes(self):
+        """Bytes the live state needs in the compiled layout (no spare capacity)."""
+        return len(self._d) * _ENTRY_BYTES + self._n_slots * _SLOT_BYTES \
+            + self._n_post * _POSTING_BYTES
 
     def __len__(self):
         return len(self._d)
+
+
+class _SarpPy:
+    """The compiled ``_sarp`` module's names on the references (pure-Python mode)."""
+
+    filters = staticmethod(filters_py)
+    max_potential = staticmethod(max_potential_py)
+    RoutingDirectory = RoutingDirectoryPy
+    NONE, PENDING, LIVE = NONE, PENDING, LIVE
+
+
+if _sarp is None:
+    _sarp = _SarpPy
+#: the compiled directory, or its reference in pure-Python mode
+RoutingDirectory = _sarp.RoutingDirectory
 
 
 # ----------------------------------------------------------------------------- strategy

@@ -39,8 +39,12 @@ import threading
 from dataclasses import dataclass
 
 import numpy as np
+from prefixbench.harness import accel
 from prefixbench.harness.errors import ConfigError, PrefixbenchError
-from prefixbench.plugins import _segments
+
+#: the compiled codec, or (pure-Python mode, ``PREFIXBENCH_PURE=1``) the namespace of
+#: references defined below under the same names
+_segments = accel.compiled("prefixbench.plugins._segments")
 
 __all__ = ["SEGMENT_KEY_SPACE", "KEY_SPACE_BITS", "CorruptSegmentError", "Segment", "SegmentLayer",
            "encode_segment", "decode_segment", "common_prefix", "space_key", "max_key",
@@ -137,26 +141,50 @@ def encode_segment_py(seg: Segment, meta_size: int) -> bytes:
     return bytes(raw)
 
 
-def decode_segment_py(raw, meta_size: int) -> Segment:
-    """Reference of :func:`decode_segment`."""
-    raw = bytes(raw)
+def _problem_py(raw, meta_size: int):
+    """``(raw as bytes, header fields)`` of a sound record, or a ``str`` saying what is
+    wrong - the compiled ``decode``'s checks, in its order, with its messages."""
+    try:
+        raw = memoryview(raw).cast("B").tobytes()
+    except TypeError:
+        return f"value is not bytes-like ({type(raw).__name__})"
     if len(raw) < HEADER_SIZE:
-        raise CorruptSegmentError("corrupt segment record: shorter than the header")
+        return f"record has {len(raw)} bytes, shorter than the {HEADER_SIZE}-byte header"
     magic, ver, ms, n, _res, seg_id, start, ck = _HEADER.unpack_from(raw)
     if magic != MAGIC:
-        raise CorruptSegmentError("corrupt segment record: bad magic")
+        return "bad magic"
     if ver != VERSION:
-        raise CorruptSegmentError(f"corrupt segment record: unsupported record version {ver}")
+        return f"unsupported record version {ver}"
     if ms != meta_size:
-        raise CorruptSegmentError(f"corrupt segment record: meta_size {ms}, expected {meta_size}")
+        return f"record meta_size {ms}, expected {meta_size}"
     if len(raw) != HEADER_SIZE + n * (8 + meta_size):
-        raise CorruptSegmentError("corrupt segment record: length does not match")
+        return f"record length {len(raw)} does not match {n} blocks"
     if checksum_py(raw) != ck:
-        raise CorruptSegmentError("corrupt segment record: checksum mismatch")
+        return "checksum mismatch"
+    return raw, (seg_id, start, n)
+
+
+def decode_segment_py(raw, meta_size: int) -> Segment:
+    """Reference of :func:`decode_segment`."""
+    r = _problem_py(raw, meta_size)
+    if isinstance(r, str):
+        raise CorruptSegmentError(f"corrupt segment record: {r}")
+    raw, (seg_id, start, n) = r
     ids = np.frombuffer(raw, dtype="<u8", count=n, offset=HEADER_SIZE)
     metas = np.frombuffer(raw, dtype=np.uint8, count=n * meta_size,
                           offset=HEADER_SIZE + 8 * n).reshape(n, meta_size)
     return Segment(seg_id, start, ids, metas)
+
+
+def _common_prefix_np(a, b) -> int:
+    """:func:`common_prefix` in NumPy (pure-Python mode; no loop over blocks)."""
+    x = np.ascontiguousarray(a, dtype=np.uint64)
+    y = np.ascontiguousarray(b, dtype=np.uint64)
+    n = min(len(x), len(y))
+    if n == 0:
+        return 0
+    diff = np.flatnonzero(x[:n] != y[:n])
+    return int(diff[0]) if len(diff) else n
 
 
 def common_prefix_py(a, b) -> int:
@@ -183,8 +211,11 @@ def verify_raws(raws, seg_ids, query_ids, start: int, S: int, meta_size: int):
 
 def verify_raws_py(raws, seg_ids, query_ids, start: int, S: int, meta_size: int):
     """Reference of :func:`verify_raws`."""
+    raws, sids = list(raws), np.asarray(seg_ids, np.uint64).reshape(-1).tolist()
+    if len(sids) != len(raws):
+        raise ValueError("verify_raws: one segment id per record")
     best, bestv, corrupt = -1, 0, []
-    for i, (raw, sid) in enumerate(zip(raws, np.asarray(seg_ids, np.uint64).tolist())):
+    for i, (raw, sid) in enumerate(zip(raws, sids)):
         if raw is None:
             continue
         try:
@@ -201,6 +232,64 @@ def verify_raws_py(raws, seg_ids, query_ids, start: int, S: int, meta_size: int)
         if v > bestv:
             best, bestv = i, v
     return best, bestv, corrupt
+
+
+class _SegmentsPy:
+    """The compiled ``_segments`` module's functions on the references (pure-Python mode)."""
+
+    @staticmethod
+    def checksum(raw):
+        raw = memoryview(raw).cast("B").tobytes()
+        if len(raw) < HEADER_SIZE:
+            raise ValueError(f"a segment record has at least {HEADER_SIZE} bytes, got {len(raw)}")
+        return checksum_py(raw)
+
+    @staticmethod
+    def encode(seg_id, start, ids, metas, meta_size):
+        a = np.ascontiguousarray(ids, dtype=np.uint64)
+        m = np.ascontiguousarray(metas, dtype=np.uint8)
+        if a.ndim != 1:
+            raise ValueError("segment ids must be 1-D")
+        if m.ndim != 2 or m.shape != (len(a), meta_size):
+            raise ValueError(f"segment metas must have shape ({len(a)}, {meta_size}), "
+                             f"got {m.shape}")
+        if not 1 <= meta_size <= 0xFFFF:
+            raise ValueError(f"meta_size must be in 1..65535, got {meta_size}")
+        if not (0 <= seg_id <= _MASK and 0 <= start <= _MASK):
+            raise OverflowError("segment id and start must fit in 64 bits")
+        return encode_segment_py(Segment(int(seg_id), int(start), a, m), meta_size)
+
+    @staticmethod
+    def decode(raw, meta_size):
+        try:
+            seg = decode_segment_py(raw, meta_size)
+        except CorruptSegmentError as e:
+            return str(e).removeprefix("corrupt segment record: ")
+        return seg.seg_id, seg.start, seg.ids, seg.metas
+
+    common_prefix = staticmethod(_common_prefix_np)
+
+    @staticmethod
+    def verify_raws(raws, seg_ids, qw, ws, S, meta_size):
+        return verify_raws_py(raws, seg_ids, qw, ws, S, meta_size)
+
+    @staticmethod
+    def views(raw, meta_size):
+        if not isinstance(raw, bytes):
+            raise TypeError(f"views: expected bytes, got {type(raw).__name__}")
+        if len(raw) < HEADER_SIZE:
+            raise ValueError("record shorter than its header")
+        _m, _v, _ms, cnt, _r, seg_id, start, _ck = _HEADER.unpack_from(raw)
+        if len(raw) != HEADER_SIZE + cnt * (8 + meta_size):
+            raise ValueError("record length does not match its block count")
+        ids = np.frombuffer(raw, dtype="<u8", count=cnt, offset=HEADER_SIZE)
+        metas = np.frombuffer(raw, dtype=np.uint8, count=cnt * meta_size,
+                              offset=HEADER_SIZE + cnt * 8).reshape(cnt, meta_size)
+        return seg_id, start, ids, metas
+
+
+if _segments is None:
+    _segments = _SegmentsPy
 
 
 # ----------------------------------------------------------------------------- layer

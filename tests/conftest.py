@@ -3,6 +3,7 @@ import os
 import sys
 
 import pytest
+from prefixbench.harness import accel
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED_DATA = os.path.join(os.path.dirname(REPO), "shared", "data")
@@ -37,3 +38,30 @@ def run_cli(capsys):
 
 def prefixbench_cmd():
     return [sys.executable, "-m", "prefixbench"]
+
+
+# ------------------------------------------------------------------ pure-Python mode
+# PREFIXBENCH_PURE=1 (`tox -e test-pure`) runs the suite on the pure-Python
+# references: tests marked `compiled` (a compiled twin held equal to its
+# reference, or checks of the built extensions) skip; everything else runs.
+PURE_SKIP = ("needs the compiled Cython modules (compares them with their references); "
+             "PREFIXBENCH_PURE=1 runs the pure-Python references only")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "compiled: needs the compiled Cython modules; "
+                            "skipped with PREFIXBENCH_PURE=1")
+
+
+def pytest_collection_modifyitems(config, items):
+    if not accel.PURE:
+        return
+    skip = pytest.mark.skip(reason=PURE_SKIP)
+    for item in items:
+        if item.get_closest_marker("compiled") is not None:
+            item.add_marker(skip)
+
+
+def pytest_report_header(config):
+    return f"prefixbench implementation: {accel.IMPLEMENTATION}"
+

@@ -17,6 +17,7 @@ GOLDEN_ODD = [0xA4786CE7A59AD52E]
 GOLDEN_IDS = [0xE6DC5F408FFF8389, 0x9CB0EE3B2BD22F27, 0xB3EC73D083027B11]
 
 
+@pytest.mark.compiled
 def test_compiled_module_is_built():
     assert b.COMPILED, "prefixbench.harness._blockids did not import: the build is broken"
 
@@ -37,6 +38,7 @@ def test_golden_vectors_reference_and_compiled():
     assert b.chain_ids(ids, h0).tolist() == GOLDEN_IDS
 
 
+@pytest.mark.compiled
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.integers(0, 2**32 - 1), max_size=80), st.integers(1, 20),
        st.integers(0, 2**64 - 1))
@@ -46,6 +48,7 @@ def test_compiled_equals_reference_on_tokens(tokens, block_size, h0):
                           b.chain_tokens_py(toks, block_size, h0))
 
 
+@pytest.mark.compiled
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.integers(0, 2**64 - 1), max_size=40), st.integers(0, 2**64 - 1))
 def test_compiled_equals_reference_on_hash_ids(ids, h0):

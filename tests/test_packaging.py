@@ -18,6 +18,7 @@ def wheel(tmp_path_factory):
     return whl
 
 
+@pytest.mark.compiled
 def test_wheel_has_only_the_prefixbench_namespace(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     tops = {n.split("/")[0] for n in names}
@@ -32,6 +33,7 @@ def test_wheel_has_only_the_prefixbench_namespace(wheel):
     assert any(n.startswith("prefixbench/harness/_blockids") for n in compiled), compiled
 
 
+@pytest.mark.compiled
 def test_wheel_imports_outside_the_checkout(wheel, tmp_path):
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target",

@@ -25,7 +25,7 @@ from prefixbench.engines.memory import MemoryStore
 from prefixbench.harness.blockids import chain_ids
 from prefixbench.harness.errors import ConfigError
 from prefixbench.harness.replay import replay
-from prefixbench.plugins import _sarp, sarp
+from prefixbench.plugins import sarp
 from prefixbench.plugins.radix import RadixStrategy
 from prefixbench.plugins.sarp import (
     LIVE,
@@ -39,6 +39,8 @@ from prefixbench.plugins.sarp import (
 from prefixbench.workloads.synthetic import make_synthetic
 
 from engine_support import ENGINE_NAMES, Stores
+
+_sarp = sarp._sarp   # the compiled module, or its reference namespace with PREFIXBENCH_PURE=1
 
 H0 = 0x5A4B
 MS = 8
@@ -188,6 +190,7 @@ def test_compiled_and_reference_directories_give_identical_answers(ops):
 
 
 # ----------------------------------------------------------------------------- hot paths
+@pytest.mark.compiled
 @settings(max_examples=200, deadline=None)
 @given(ids=st.lists(st.integers(0, (1 << 64) - 1), max_size=40), data=st.data())
 def test_filters_equal_reference(ids, data):
@@ -264,6 +267,7 @@ def test_directory_plan_probes_deepest_visible_entry_and_ranks_by_potential(impl
             d.publish([1], [0], [0], [1 << 32], [], 1, 0)
 
 
+@pytest.mark.compiled
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 3), st.integers(0, 3),
                           st.integers(1, 9), st.booleans()), max_size=60))

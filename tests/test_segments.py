@@ -16,8 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prefixbench.engines.memory import MemoryStore
 from prefixbench.harness.errors import ConfigError
-from prefixbench.plugins import _segments
-from prefixbench.plugins.segments import (
+from prefixbench.plugins.segments import (  # _segments: compiled, or the references (pure mode)
     HEADER_SIZE,
     CorruptSegmentError,
     Segment,
@@ -32,6 +31,7 @@ from prefixbench.plugins.segments import (
     space_key,
     verify_raws,
     verify_raws_py,
+    _segments,
 )
 
 from engine_support import ENGINE_NAMES, Stores

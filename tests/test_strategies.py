@@ -19,11 +19,10 @@ from prefixbench.engines.memory import MemoryStore
 from prefixbench.harness.blockids import chain_ids
 from prefixbench.harness.errors import ConfigError
 from prefixbench.plugins import blockhash, radix
-from prefixbench.plugins._blockhash import BlockHashTable
-from prefixbench.plugins._radix import RadixTree
-from prefixbench.plugins.blockhash import (BlockHashTablePy, DramBlockHashStrategy,
+# BlockHashTable / RadixTree: the compiled twins, or the references with PREFIXBENCH_PURE=1
+from prefixbench.plugins.blockhash import (BlockHashTable, BlockHashTablePy, DramBlockHashStrategy,
                                            SsdBlockHashStrategy)
-from prefixbench.plugins.radix import RadixStrategy, RadixTreePy
+from prefixbench.plugins.radix import RadixStrategy, RadixTree, RadixTreePy
 from prefixbench.plugins.strategy import IndexStrategy, Match
 
 from engine_support import ENGINE_NAMES, Stores
@@ -101,6 +100,7 @@ def assert_same_match(got: Match, want: Match, where=""):
 
 
 # ----------------------------------------------------------------------------- radix
+@pytest.mark.compiled
 @SETTINGS
 @given(session_sets())
 def test_radix_compiled_equals_reference_and_model(ops):
@@ -382,6 +382,7 @@ KEYS = st.one_of(st.sampled_from([0, 1, 2, U64_MAX, U64_MAX - 1, 1 << 63, 1 << 3
                  st.integers(0, 64), st.integers(0, U64_MAX))
 
 
+@pytest.mark.compiled
 @SETTINGS
 @given(st.lists(st.tuples(st.sampled_from(("insert", "lookup", "match")),
                           st.lists(KEYS, max_size=30)), min_size=1, max_size=30),

@@ -39,6 +39,7 @@ def test_threaded_check_catches_false_hits():
     assert res.false_hits > 0
 
 
+@pytest.mark.compiled   # names the compiled parts that run without the GIL
 def test_scale_command(run_cli):
     code, out, err = run_cli("--quiet", "scale", "-s", "radix", "-w", "ultrachat",
                              "-W", "sessions=20", "--threads", "1,2")
