@@ -246,12 +246,20 @@ def build_parser() -> argparse.ArgumentParser:
                        "times per object count, verify every byte by hash, and report time, "
                        "native read calls, bytes read and host time per object.")
     p.add_argument("--payload", default="1GiB", help="payload bytes (default: %(default)s)")
-    p.add_argument("--objects", default="32,128,512,1024",
-                   help="comma-separated object counts (default: %(default)s)")
+    p.add_argument("--objects", default="32,128,512,1024,layerwise",
+                   help="comma-separated object counts; 'layerwise' adds the layerwise point: "
+                   "payload/--layer-object objects, one chunk of one layer each, requested "
+                   "layer by layer with per-layer readiness (default: %(default)s)")
+    p.add_argument("--layers", type=int, default=32,
+                   help="model layers of the layerwise point (default: %(default)s)")
+    p.add_argument("--layer-object", default="1MiB",
+                   help="bytes of one chunk of one layer (default: %(default)s)")
     p.add_argument("--paths", default="seq,files,lmdb,rocksdb,packfile,stripes",
                    help="comma-separated: seq, files, stripes, or engine names "
                    "(default: %(default)s)")
-    p.add_argument("--restores", type=int, default=3, help="restores per path and count")
+    p.add_argument("--restores", type=int, default=3, help="timed restores per path and "
+                   "point, after one untimed warm-up each; rounds rotate the order of points "
+                   "and paths (default: %(default)s)")
     p.add_argument("--stripe", default="32MiB", help="packfile stripe bytes (default: %(default)s)")
     p.add_argument("--pack-bytes", default="1GiB", help="packfile pack size (default: %(default)s)")
     p.add_argument("--hit", help="partial-hit endpoint in bytes (default: the whole payload)")
@@ -260,6 +268,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--work-dir", help="new or empty directory (default: a temporary one under "
                    "the current directory, removed afterwards)")
     p.add_argument("--json", help="write every restore and the summary as JSON here")
+    p.add_argument("--output", "-o", help="pyperf suite: restore seconds per path and point "
+                   "here, read calls/bytes/host us per object in OUT.counts.json")
     return parser
 
 
@@ -544,39 +554,65 @@ def cmd_engine_bench(args, leftover, argv, quiet):
 def cmd_payload(args, leftover, argv, quiet):
     from prefixbench.harness.units import parse_size
     from prefixbench.reports.tables import format_table
-    from prefixbench.workloads.payload import rows_as_dicts, run_payload, summarize
+    from prefixbench.workloads.payload import (
+        LAYERWISE,
+        _parse_objects,
+        rows_as_dicts,
+        run_payload,
+        summarize,
+        write_pyperf,
+    )
 
-    try:
-        objects = [int(x) for x in args.objects.split(",") if x.strip()]
-    except ValueError:
-        raise ConfigError(f"option --objects: {args.objects!r} is not a list of integers") from None
+    objects = _parse_objects([x.strip() for x in args.objects.split(",") if x.strip()])
     paths = [x.strip() for x in args.paths.split(",") if x.strip()]
     from prefixbench.harness.progress import progress
-    total = len(objects) * len(paths) * args.restores
+    total = len(objects) * len(paths) * (args.restores + 1)     # + one warm-up each
+    warm = []
+    config = {"payload": args.payload, "objects": args.objects, "paths": args.paths,
+              "restores": args.restores, "stripe": args.stripe, "pack_bytes": args.pack_bytes,
+              "hit": args.hit, "cache": args.cache, "layers": args.layers,
+              "layer_object": args.layer_object}
     with progress(total, "restores", quiet, unit="restore") as bar:
         rows = run_payload(parse_size("--payload", args.payload), objects, paths, args.restores,
                            parse_size("--stripe", args.stripe),
                            parse_size("--hit", args.hit) if args.hit else None, args.cache,
                            parse_size("--pack-bytes", args.pack_bytes), args.work_dir,
-                           progress=lambda r: bar.update(1))
+                           progress=lambda r: bar.update(1), layers=args.layers,
+                           layer_object=parse_size("--layer-object", args.layer_object),
+                           warmups=warm)
     summ = summarize(rows)
     table = []
     for p in paths:
         for n in objects:
-            rs = [r for r in rows if r.path == p and r.objects == n]
+            rs = [r for r in rows if r.path == p and r.point == str(n)]
             t = summ["median_seconds"][p][n]
-            table.append((p, n, f"{t:.4f}", f"{summ['gib_per_s'][p][n]:.2f}",
-                          int(summ["read_calls"][p][n]), rs[0].bytes_read,
-                          f"{t / n * 1e6:.1f}", rs[0].cache))
-    print(format_table(("path", "objects", "median s", "GiB/s", "read calls", "bytes read",
-                        "us/object", "cache"), table))
+            table.append((p, n if n != LAYERWISE else f"{LAYERWISE} ({rs[0].objects})",
+                          f"{t:.4f}", f"{summ['min_seconds'][p][n]:.4f}",
+                          f"{summ['gib_per_s'][p][n]:.2f}", int(summ["read_calls"][p][n]),
+                          int(summ["bytes_read"][p][n]), f"{summ['us_per_object'][p][n]:.1f}",
+                          summ["layer_events"][p][n] or "", rs[0].cache))
+    print(format_table(("path", "objects", "median s", "min s", "GiB/s", "read calls",
+                        "bytes read", "us/object", "layer events", "cache"), table))
     if "stripes_spread" in summ:
-        print(f"stripes: spread across object counts {summ['stripes_spread'] * 100:.1f}%")
+        print(f"stripes: spread across object counts {summ['stripes_spread'] * 100:.1f}% of "
+              f"medians, {summ['stripes_spread_min'] * 100:.1f}% of minimums")
+    if "stripes_spread_vs_adjacent_seq" in summ:
+        adj = summ["stripes_over_adjacent_seq"]
+        print("stripes / adjacent seq restore (median per point): "
+              + ", ".join(f"{n}: {v:.3f}" for n, v in adj.items())
+              + f"; spread {summ['stripes_spread_vs_adjacent_seq'] * 100:.1f}%")
     if "stripes_vs_seq" in summ:
-        print(f"stripes: {summ['stripes_vs_seq']:.2f} of the sequential O_DIRECT read bandwidth")
+        print(f"stripes: {summ['stripes_vs_seq']:.2f} of the sequential O_DIRECT read bandwidth"
+              + (f" ({summ['stripes_vs_adjacent_seq']:.2f} against the adjacent seq restores)"
+                 if "stripes_vs_adjacent_seq" in summ else ""))
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"restores": rows_as_dicts(rows), "summary": summ}, fh, indent=1)
+            json.dump({"restores": rows_as_dicts(rows), "warmups": rows_as_dicts(warm),
+                       "summary": summ}, fh, indent=1, default=str)
+    if args.output:
+        for f in write_pyperf(args.output, rows, warm, config):
+            if not quiet:
+                print(f"wrote {f}")
     return 0
 
 

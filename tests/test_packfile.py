@@ -392,7 +392,7 @@ def test_ranges_stale_ticket_and_deferred_retirement(tmp_path):
     assert not r.retired(gen)
     waiting.release()
     assert r.retired(gen)                           # retired at zero references
-    assert r.store.get(gen << 24) is None           # stripes deleted: space reclaimable
+    assert r.store.get(r._key(gen, 0, 0)) is None   # stripes deleted: space reclaimable
     r.close()
 
 
@@ -479,5 +479,227 @@ def test_ranges_close_refuses_while_tickets_hold_leases(tmp_path):
     t = r.lookup(range(4))
     with pytest.raises(StoreError, match="leases"):
         r.close()
+    t.release()
+    r.close()
+
+
+def _read_all(r, t, n_bytes, **kw):
+    import mmap
+    dest = mmap.mmap(-1, max(n_bytes, 4096))
+    got = r.read(t, dest, **kw)
+    return got, dest
+
+
+def test_ranges_divergent_prefixes_inside_a_stripe(tmp_path):
+    """Two publishes share 25 tokens and diverge inside the second 16-token stripe: the
+    second stores only from that stripe on and references the first one's stripe 0;
+    a lookup of each returns its own bytes and endpoint."""
+    r = _ranges(tmp_path / "r")
+    a, b = list(range(100, 140)), list(range(100, 125)) + list(range(500, 520))
+    da, db = _payload(40, 11), _payload(45, 12)
+    db = da[:25 * 4096] + db[25 * 4096:]                # the shared prefix has the same KV
+    ga = r.publish(a, da)
+    gb = r.publish(b, db)
+    assert r._gens[gb]["first"] == 16                   # stripe 1 onward rewritten
+    assert len(list(r.store.scan())) == 3 + 2          # 3 stripes of a, 2 of b
+    for toks, data, gens in ((a, da, (ga,)), (b, db, (ga, gb))):
+        t = r.lookup(toks + [9])                         # one token past the range
+        assert (t.hit_tokens, t.hit_bytes) == (len(toks), len(toks) * 4096)
+        assert t.gens == gens                           # generations that supply the hit
+        t.claim(toks + [9])
+        got, dest = _read_all(r, t, len(data))
+        assert got == len(data) and dest[:len(data)] == data
+        t.release()
+    t = r.lookup(b[:20])                                # ends before the divergence
+    assert t.hit_tokens == 20 and t.segments[0][2] == ga
+    t.claim(b[:20])
+    got, dest = _read_all(r, t, 20 * 4096)
+    assert got == 20 * 4096 and dest[:got] == da[:got]
+    t.release()
+    t = r.lookup(b[:10])                                # inside the shared stripe
+    assert t.gens == (ga,)
+    t.release()
+    assert r.publish(b, db) == gb                       # a duplicate store joins gb
+    r.close()
+
+
+def test_ranges_lookup_walks_the_tree_not_every_range(tmp_path):
+    r = _ranges(tmp_path / "r")
+    for i in range(50):
+        r.publish([i, i + 1000, 7], _payload(3, 20 + i))
+
+    class NoScan(set):
+        def __iter__(self):
+            raise AssertionError("lookup scanned the published ranges")
+
+    r._visible = NoScan(r._visible)
+    t = r.lookup([31, 1031, 7, 8])
+    assert t.hit_tokens == 3 and t.gens == (32,)
+    r._visible = set(r._visible.copy())
+    t.release()
+    r.close()
+
+
+def test_ranges_invalidating_a_prefix_hides_ranges_built_on_it(tmp_path):
+    r = _ranges(tmp_path / "r")
+    a, b = list(range(40)), list(range(20)) + list(range(900, 920))
+    ga = r.publish(a, _payload(40, 30))
+    gb = r.publish(b, _payload(40, 31))
+    held = r.lookup(b)
+    held.claim(b)
+    r.invalidate(ga)                                    # gb reads ga's stripe 0
+    assert r.lookup(b) is None and r.lookup(a) is None
+    assert not r.retired(ga) and not r.retired(gb)      # the claimed ticket leases both
+    got, _ = _read_all(r, held, 40 * 4096)
+    assert got == 40 * 4096
+    held.release()
+    assert r.retired(ga) and r.retired(gb)
+    assert list(r.store.scan()) == []
+    r.close()
+
+
+def test_ranges_repeated_lookup_cannot_replace_a_claimed_query(tmp_path):
+    r = _ranges(tmp_path / "r")
+    r.publish(range(32), _payload(32, 40))
+    t = r.lookup(range(32))
+    t.claim(range(32))
+    again = r.lookup(range(10))                         # same request looks up again
+    assert t.tokens == tuple(range(32)) and t.hit_tokens == 32
+    with pytest.raises(StoreError, match="claimed, not claimable"):
+        t.claim(range(10))
+    with pytest.raises(StoreError, match="different query"):
+        again.claim(range(32))
+    assert t.epoch == r.epoch
+    again.release()
+    t.release()
+    r.close()
+
+
+def test_ranges_read_banks_are_not_reused_before_release(tmp_path):
+    """Two banks; the consumer keeps each bank until its (asynchronous) scatter is proved:
+    the third stripe cannot get a bank, and no bank was handed out twice meanwhile."""
+    from prefixbench.engines.packfile import BankError
+    r = _ranges(tmp_path / "r", banks=2, bank_timeout=0.2)
+    toks = list(range(64))                              # 4 stripes
+    data = _payload(64, 50)
+    r.publish(toks, data)
+    t = r.lookup(toks)
+    t.claim(toks)
+    held = []
+    with pytest.raises(BankError, match="no free read bank"):
+        _read_all(r, t, len(data), fence=lambda bank, i: held.append(bank))
+    assert len(held) == 2 and [b.uses for b in r.banks.banks] == [1, 1]
+    assert all(b.state == "scatter" for b in held)
+    for b in held:
+        b.release()                                     # completion proved
+    with pytest.raises(StoreError, match="released twice"):
+        held[0].release()
+    assert r.banks.free_count() == 2
+    t.release()
+    t = r.lookup(toks)
+    t.claim(toks)
+    got, dest = _read_all(r, t, len(data),
+                          fence=lambda bank, i: bank.release())
+    assert got == len(data) and dest[:] == data
+    t.release()
+    r.close()
+
+
+def test_ranges_cancel_while_a_read_is_in_flight_keeps_bank_and_lease(tmp_path):
+    import threading
+    r = _ranges(tmp_path / "r", banks=3)
+    toks = list(range(64))
+    gen = r.publish(toks, _payload(64, 60))
+    t = r.lookup(toks)
+    t.claim(toks)
+    real = r.store.read_into
+    started, go = threading.Event(), threading.Event()
+    calls = []
+
+    def slow_read(pack, off, buf):
+        calls.append(off)
+        if len(calls) == 2:                             # the second stripe's read blocks
+            started.set()
+            assert go.wait(10)
+        return real(pack, off, buf)
+
+    r.store.read_into = slow_read
+    err = []
+
+    def reader():
+        try:
+            _read_all(r, t, 64 * 4096)
+        except StoreError as e:
+            err.append(e)
+
+    th = threading.Thread(target=reader)
+    th.start()
+    assert started.wait(10)
+    t.cancel()
+    t.release()                                         # deferred: a read is in flight
+    r.invalidate(gen)
+    assert t.state == "releasing" and not r.retired(gen)
+    assert any(b.state != "free" for b in r.banks.banks)  # the in-flight read's bank
+    go.set()
+    th.join(10)
+    assert err and "cancelled" in str(err[0])
+    assert t.state == "released" and r.retired(gen)     # drained: now retired
+    assert r.banks.free_count() == 3
+    r.close()
+
+
+def test_ranges_bank_cannot_be_released_while_its_read_is_in_flight(tmp_path):
+    from prefixbench.engines.packfile import BankError
+    r = _ranges(tmp_path / "r", banks=1)
+    bank = r.banks.acquire("me")
+    with pytest.raises(BankError, match="in flight"):
+        bank.release()
+    bank.state = "scatter"
+    bank.release()
+    r.close()
+
+
+def test_ranges_layers_deliver_per_layer_and_clip_every_layer(tmp_path):
+    """4 layers, 1 KiB per token per layer: each layer's slice has its own stripes; a
+    partial hit clips every layer at the same token; readiness fires per layer, in order."""
+    from prefixbench.engines.packfile import StripeRanges
+    r = StripeRanges(str(tmp_path / "r"), stripe_bytes=64 << 10, bytes_per_token=4096,
+                     pack_bytes=4 * MiB, layers=4)
+    T, sl = 96, 1024                                    # 96 KiB per layer: 2 stripes
+    data = _payload(T, 70)
+    r.publish(range(T), data)
+    t = r.lookup(list(range(80)) + [5000])
+    assert t.hit_tokens == 80
+    t.claim(list(range(80)) + [5000])
+    ready, stripes = [], []
+    got, dest = _read_all(r, t, 4 * T * sl, layer_stride=T * sl, on_layer=ready.append,
+                          on_stripe=stripes.append)
+    assert got == 4 * 80 * sl and ready == [0, 1, 2, 3] and len(stripes) == 8
+    for layer in range(4):
+        lo = layer * T * sl
+        assert dest[lo:lo + 80 * sl] == data[lo:lo + 80 * sl]
+    t.release()
+    r.close()
+    with pytest.raises(StoreError, match="another store or layout") as ei:
+        _ranges(tmp_path / "r")                         # same directory, one layer
+    assert "\n" not in str(ei.value)
+
+
+def test_ranges_clean_reopen_serves_divergent_ranges_and_bumps_the_epoch(tmp_path):
+    r = _ranges(tmp_path / "r")
+    a, b = list(range(40)), list(range(20)) + list(range(900, 920))
+    da = _payload(40, 80)
+    db = da[:20 * 4096] + _payload(20, 81)
+    r.publish(a, da)
+    gb = r.publish(b, db)
+    epoch = r.epoch
+    r.close()
+    r = _ranges(tmp_path / "r")
+    assert r.epoch == epoch + 1 and not r.discarded_unclean
+    t = r.lookup(b)
+    assert t.gens == (1, gb)
+    t.claim(b)
+    _got, dest = _read_all(r, t, 40 * 4096)
+    assert dest[:40 * 4096] == db
     t.release()
     r.close()

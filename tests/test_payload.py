@@ -118,3 +118,91 @@ def test_a_failing_path_leaves_no_files(tmp_path, monkeypatch):
     with pytest.raises(StoreError, match="disk full"):
         _run(tmp_path, paths=("stripes", "files"))
     assert os.listdir(tmp_path / "w") == []
+
+
+# ----- layerwise point, interleaving, pyperf output ----------------------------------
+
+def test_layerwise_point_reads_per_stripe_and_reports_every_layer(tmp_path):
+    """8 MiB as 4 layers of 512 KiB objects (16 objects) requested layer-major: the stripe
+    path still issues 8 reads (one per 1 MiB stripe, 2 per layer), every path reports 4
+    layer readiness events, and every object verifies."""
+    rows = _run(tmp_path, objects=(4, "layerwise"), layers=4, layer_object=512 << 10,
+                paths=("seq", "stripes", "files", "lmdb"))
+    lw = [r for r in rows if r.point == "layerwise"]
+    assert lw and all(r.verified and r.objects == 16 and r.layer_events == 4 for r in lw)
+    assert all(r.layer_events == 0 for r in rows if r.point != "layerwise")
+    calls = {(r.path, r.point): r.read_calls for r in rows}
+    assert calls["stripes", "layerwise"] == calls["stripes", "4"] == 8
+    assert calls["files", "layerwise"] == 16
+
+
+def test_layerwise_partial_hit_clips_every_layer(tmp_path):
+    """A 5.5 MiB hit over 4 layers x 512 KiB chunks: 2 chunks of every layer (4 MiB);
+    the stripe path reads one 1 MiB stripe per layer."""
+    rows = _run(tmp_path, objects=("layerwise",), layers=4, layer_object=512 << 10,
+                hit_bytes=5 * MiB + MiB // 2, paths=("stripes", "files", "seq"))
+    assert all(r.verified and r.restored_bytes == 4 * MiB and r.layer_events == 4 for r in rows)
+    assert {r.read_calls for r in rows if r.path == "stripes"} == {4}
+    assert {r.read_calls for r in rows if r.path == "files"} == {8}
+
+
+def test_layerwise_options_are_checked(tmp_path):
+    with pytest.raises(ConfigError, match="layers") as ei:
+        _run(tmp_path, objects=("layerwise",), layers=32)     # 8 MiB < 32 x 1 MiB
+    assert "\n" not in str(ei.value)
+    with pytest.raises(ConfigError, match="objects"):
+        _run(tmp_path, objects=("layerwise", "many"))
+
+
+def test_rounds_interleave_points_and_keep_seq_beside_stripes(tmp_path):
+    warm = []
+    rows = _run(tmp_path, objects=(4, 16, 32), restores=3, warmups=warm,
+                paths=("seq", "files", "stripes"))
+    assert len(warm) == 9 and all(w.seq_no == 0 for w in warm)
+    firsts = [rows[i * 9].point for i in range(3)]
+    assert firsts == ["4", "16", "32"]                      # the point order rotates
+    for r in range(3):                                       # seq and stripes back to back
+        rnd = rows[r * 9:(r + 1) * 9]
+        names = [x.path for x in rnd]
+        for k in range(0, 9, 3):
+            trio = names[k:k + 3]
+            j = trio.index("seq")
+            assert "stripes" in trio[max(0, j - 1):j + 2]
+    assert [x.restore for x in rows if x.path == "seq" and x.point == "16"] == [1, 2, 3]
+    s = pl.summarize(rows)
+    assert set(s["stripes_over_adjacent_seq"]) == {4, 16, 32}
+    assert s["stripes_spread_vs_adjacent_seq"] >= 0 and s["stripes_spread_min"] >= 0
+    assert all(s["min_seconds"]["seq"][n] <= s["median_seconds"]["seq"][n] for n in (4, 16, 32))
+
+
+def _payload_cmd(tmp_path, name, *extra):
+    out = tmp_path / f"{name}.json"
+    proc = subprocess.run([sys.executable, "-m", "prefixbench", "--quiet", "payload",
+                           "--payload", "8MiB", "--objects", "4,16,layerwise", "--layers", "4",
+                           "--restores", "2", "--stripe", "1MiB", "--pack-bytes", "16MiB",
+                           "--paths", "seq,files,stripes", "--work-dir",
+                           str(tmp_path / f"w-{name}"), "-o", str(out), *extra],
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+def test_payload_writes_pyperf_suites_that_compare_to_reads(tmp_path):
+    import pyperf
+    a = _payload_cmd(tmp_path, "a")
+    b = _payload_cmd(tmp_path, "b")
+    suite = pyperf.BenchmarkSuite.load(str(a))
+    names = set(suite.get_benchmark_names())
+    assert names == {f"restore-{p}-{n}" for p in ("seq", "files", "stripes")
+                     for n in ("n4", "n16", "layerwise")}
+    bench = suite.get_benchmark("restore-stripes-n16")
+    assert bench.get_nvalue() == 2 and bench.get_unit() == "second"
+    assert bench.get_metadata()["workload"] == "payload-restore"
+    counts = pyperf.BenchmarkSuite.load(str(tmp_path / "a.counts.json"))
+    assert counts.get_benchmark("read-calls-stripes-n4").mean() == 8
+    assert counts.get_benchmark("read-calls-files-n16").mean() == 16
+    assert counts.get_benchmark("layer-events-stripes-layerwise").mean() == 4
+    for x, y in ((a, b), (tmp_path / "a.counts.json", tmp_path / "b.counts.json")):
+        proc = subprocess.run([sys.executable, "-m", "pyperf", "compare_to", "--table",
+                               str(x), str(y)], capture_output=True, text=True, check=False)
+        assert proc.returncode == 0, proc.stderr
