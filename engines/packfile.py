@@ -188,6 +188,7 @@ class PackfileStore(SegmentStore):
     name = "packfile"
     volatile = False
     gil_free_calls = frozenset(("get", "get_many", "write"))
+    log_file_patterns = (LOG,)          # the key-index redo log (checkpointed), not data
 
     def __init__(self, config: StoreConfig | None = None):
         config = config or StoreConfig()

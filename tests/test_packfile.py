@@ -107,6 +107,19 @@ def test_unclean_stop_replays_the_log(tmp_path):
         assert len(list(again.scan())) == 999
 
 
+
+def test_disk_usage_counts_the_index_log_apart_from_the_packs(tmp_path):
+    s = _open(tmp_path)
+    try:
+        s.put_many((k, b"v" * 100) for k in range(1, 500))
+        s.flush()
+        usage = s.disk_usage()
+        log = os.stat(os.path.join(str(tmp_path), LOG)).st_blocks * 512
+        assert usage["log_bytes"] == log > 0
+        assert usage["data_bytes"] >= s.pack_bytes       # the preallocated pack
+    finally:
+        s.close()
+
 def test_space_is_reclaimed_after_overwrite_and_delete(tmp_path):
     """40 MiB of overwrites and deletes in a 4-pack (16 MiB) area never fill it."""
     rng = random.Random(3)
