@@ -415,8 +415,11 @@ class PackfileStore(SegmentStore):
                 pk.live_records = int(n_rec[pk.no])
                 pk.live_bytes = int(n_live[pk.no])
                 ends[pk.no] = max(ends[pk.no], int(top[pk.no]))
-            index.update(zip(keys.tolist(), [(g << 32) | n for g, n in
-                                             zip(gpos.tolist(), lens.tolist())]))
+            if count and int(gpos.max()) < (1 << 32):      # locations fit 64 bits: vectorise
+                locs = ((gpos << np.uint64(32)) | lens.astype(np.uint64)).tolist()
+            else:
+                locs = [(g << 32) | n for g, n in zip(gpos.tolist(), lens.tolist())]
+            index.update(zip(keys.tolist(), locs))
             self._seq = seq
         logp = os.path.join(self.path, LOG)
         self._log_fd = os.open(logp, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
