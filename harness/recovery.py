@@ -89,19 +89,23 @@ def _workload(spec: RecoverSpec, copy: int):
     return make_workload(spec.workload, opts)
 
 
-def _per_request_unique(spec: RecoverSpec) -> np.ndarray:
-    """Cumulative unique blocks after each request of one copy."""
+def _per_request_unique(spec: RecoverSpec) -> tuple[np.ndarray, np.ndarray]:
+    """Cumulative unique blocks after each request of one copy, and how many leading
+    blocks of each request were indexed before it (its new blocks are the rest: chained
+    ids make the indexed blocks of a request a prefix).  Every copy has the same."""
     from prefixbench.plugins.blockhash import BlockHashTable
     t = BlockHashTable(1, 1024)
-    out = []
+    out, known = [], []
     total = 0
     for req in _workload(spec, 0).requests():
         ids = req.insert_ids
-        total += t.insert(ids, np.zeros((len(ids), 1), np.uint8))
+        new = t.insert(ids, np.zeros((len(ids), 1), np.uint8))
+        total += new
         out.append(total)
+        known.append(len(ids) - new)
     if not total:
         raise ConfigError(f"workload {spec.workload}: no full block to index")
-    return np.array(out, dtype=np.int64)
+    return np.array(out, dtype=np.int64), np.array(known, dtype=np.int64)
 
 
 def _digest(h, m) -> None:
@@ -115,7 +119,7 @@ def build_and_snapshot(spec: RecoverSpec, quiet: bool = True) -> dict:
     from prefixbench.harness.metas import make_metas
     from prefixbench.harness.progress import progress
 
-    cum = _per_request_unique(spec)
+    cum, known = _per_request_unique(spec)
     per_copy = int(cum[-1])
     copies = -(-spec.entries // per_copy)
     last_copy = copies - 1
@@ -138,7 +142,8 @@ def build_and_snapshot(spec: RecoverSpec, quiet: bool = True) -> dict:
                 if i >= limit:
                     break
                 ids = req.insert_ids
-                strat.insert(ids, make_metas(ids, reqno, strat.meta_size))
+                strat.insert_known_prefix(ids, make_metas(ids, reqno, strat.meta_size),
+                                          int(known[i]))
                 reqno += 1
                 if (c == 0 and i < N_PROBES) or (c == last_copy and i >= limit - N_PROBES):
                     probes.append(np.asarray(req.match_ids, dtype=np.uint64))

@@ -324,6 +324,21 @@ class SsdBlockHashStrategy(IndexStrategy):
                 self.store.write_items(puts)
                 self._entries += len(puts)
 
+    def insert_known_prefix(self, block_ids, metas, known: int) -> None:
+        """Write blocks ``known..n`` without probing (the caller vouches for the rest)."""
+        ids = as_block_ids(block_ids)
+        n, ms = len(ids), self.meta_size
+        raw = as_metas(metas, n, ms).tobytes()
+        if not 0 <= known <= n:
+            raise ValueError(f"known={known} outside 0..{n}")
+        if known == n:
+            return
+        keys = ids.tolist()
+        puts = dict((keys[j], raw[j * ms:(j + 1) * ms]) for j in range(n - 1, known - 1, -1))
+        with self._insert_lock:
+            self.store.write_items(list(puts.items()))
+            self._entries += len(puts)
+
     def _first_missing(self, keys: list, lo: int) -> int:
         """Index of the first block of ``keys`` not in the store (binary search in
         ``[lo, len(keys))``; every block before ``lo`` is known to be stored)."""

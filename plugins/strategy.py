@@ -157,6 +157,12 @@ class IndexStrategy(abc.ABC):
     @abc.abstractmethod
     def insert(self, block_ids: np.ndarray, metas: np.ndarray) -> None: ...
 
+    def insert_known_prefix(self, block_ids: np.ndarray, metas: np.ndarray, known: int) -> None:
+        """``insert``, told that the first ``known`` blocks are already indexed (bulk
+        builds such as ``recover``'s, which know it from a first pass).  Strategies
+        may skip probing them; by default the hint is ignored."""
+        self.insert(block_ids, metas)
+
     def stats(self) -> dict:
         """Counters: entries, in-memory bytes, logical store reads, ...
 

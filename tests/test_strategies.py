@@ -356,6 +356,27 @@ def test_ssd_blockhash_bisect_insert_reads_log_n_blocks_and_writes_the_same():
     assert strats["bisect"].stats()["entries"] == 1300
 
 
+
+def test_insert_known_prefix_writes_what_insert_writes():
+    """Bulk builds tell the strategy how many leading blocks are indexed: ssd-blockhash
+    then writes only the rest, unprobed, and ends with the same store as insert."""
+    stores = {p: MemoryStore() for p in ("insert", "hint")}
+    strats = {p: SsdBlockHashStrategy(st) for p, st in stores.items()}
+    a = ids_of(range(50))
+    b = ids_of(list(range(30)) + list(range(900, 920)))
+    for k, (ids, known) in enumerate(((a, 0), (b, 30), (a[:10], 10))):
+        strats["insert"].insert(ids, metas_of(ids, k))
+        stores["hint"].reset_stats()
+        strats["hint"].insert_known_prefix(ids, metas_of(ids, k), known)
+        assert stores["hint"].stats().reads == 0
+    assert dict(stores["insert"]._data) == dict(stores["hint"]._data)
+    assert strats["hint"].stats()["entries"] == 70
+    with pytest.raises(ValueError):
+        strats["hint"].insert_known_prefix(a, metas_of(a, 9), 51)
+    r = RadixStrategy()                    # default: the hint is ignored, insert runs
+    r.insert_known_prefix(b, metas_of(b, 1), 30)
+    assert r.match(b).n_blocks == len(b)
+
 def test_ssd_blockhash_batch_probe_uses_growing_chunks():
     store = MemoryStore()
     s = SsdBlockHashStrategy(store, {"probe": "batch", "batch_start": 2})
