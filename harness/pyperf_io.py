@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import platform
 import subprocess
@@ -103,11 +104,29 @@ def run_metadata(strategy: str, engine: str | None, workload: str, config: dict)
     return md
 
 
-def _one_shot(name: str, unit: str, value: float, metadata: dict) -> pyperf.Benchmark | None:
-    if not value or value <= 0:  # pyperf refuses 0; absent means "none happened"
+def value_runs(name: str, unit: str, values, metadata: dict,
+               warmup: float | None = None) -> pyperf.Benchmark | None:
+    """A benchmark of one pyperf run per value (the first run carrying ``warmup`` as
+    its pyperf warmup).  Zero, None and infinite values are left out - pyperf refuses
+    0, and absent means "none happened"; None when no value is left."""
+    vals = [float(v) for v in values if v is not None and v > 0 and not math.isinf(v)]
+    if not vals:
         return None
     md = dict(metadata, name=name, unit=unit, loops=1)
-    return pyperf.Benchmark([pyperf.Run([float(value)], metadata=md, collect_metadata=False)])
+    return pyperf.Benchmark([
+        pyperf.Run([v], warmups=[(1, float(warmup))] if warmup and i == 0 else None,
+                   metadata=md, collect_metadata=False)
+        for i, v in enumerate(vals)])
+
+
+def _one_shot(name: str, unit: str, value: float, metadata: dict) -> pyperf.Benchmark | None:
+    return value_runs(name, unit, [value], metadata)
+
+
+def renamed(bench: pyperf.Benchmark, name: str) -> pyperf.Benchmark:
+    """``bench`` under another name (sweeps and scale prefix their settings' names)."""
+    return pyperf.Benchmark([pyperf.Run(run.values, metadata=dict(run.get_metadata(), name=name),
+                                        collect_metadata=False) for run in bench.get_runs()])
 
 
 def replay_suites(res: ReplayResult, metadata: dict) -> tuple[list, list]:

@@ -310,19 +310,9 @@ def run_recover(spec: RecoverSpec, output: str | None = None, quiet: bool = True
             shutil.rmtree(spec.work_dir, ignore_errors=True)
 
 
-def _values(name: str, unit: str, values: list, metadata: dict):
-    """One benchmark with a run per recovery (pyperf refuses zeros: absent = none)."""
-    import pyperf
-    values = [float(v) for v in values if v and v > 0]
-    if not values:
-        return None
-    md = dict(metadata, name=name, unit=unit, loops=1)
-    return pyperf.Benchmark([pyperf.Run([v], metadata=md, collect_metadata=False)
-                             for v in values])
-
-
 def _write(output: str, spec: RecoverSpec, ref: dict, runs: list) -> None:
-    from prefixbench.harness.pyperf_io import _one_shot, counts_path, run_metadata, write_suite
+    from prefixbench.harness.pyperf_io import (_one_shot, counts_path, run_metadata,
+                                               value_runs, write_suite)
     res = runs[0]
     rec = res["recovery"]
     config = {"entries": spec.entries, "strategy_options": spec.strategy_options,
@@ -336,21 +326,19 @@ def _write(output: str, spec: RecoverSpec, ref: dict, runs: list) -> None:
     def each(get):
         return [get(r) for r in runs]
     times = [
-        _values("recovery-total", "second", each(lambda r: r["first_match_s"]), md),
-        _values("recovery-process-start-to-first-match", "second",
-                each(lambda r: r["process_wall_s"]), md),
-        _values("recovery-plugin-registry", "second", each(lambda r: r.get("registry_s", 0)), md),
-        _values("recovery-engine-open", "second", each(lambda r: r["open_s"]), md),
-        _values("recovery-first-match", "second", each(lambda r: r.get("match_s", 0)), md),
-        _values("recovery-init", "second", each(lambda r: r["recovery"].get("init_s", 0)), md),
-        _values("recovery-load", "second", each(lambda r: r["recovery"]["load_s"]), md),
-        _values("recovery-deserialize", "second",
-                each(lambda r: r["recovery"]["deserialize_s"]), md),
-        _values("recovery-rebuild", "second", each(lambda r: r["recovery"]["rebuild_s"]), md),
-        _values("recovery-index", "second", each(lambda r: r["recovery"]["load_s"]
-                                                  + r["recovery"].get("init_s", 0)
-                                                  + r["recovery"]["deserialize_s"]
-                                                  + r["recovery"]["rebuild_s"]), md),
+        value_runs("recovery-total", "second", each(lambda r: r["first_match_s"]), md),
+        value_runs("recovery-process-start-to-first-match", "second",
+                   each(lambda r: r["process_wall_s"]), md),
+        value_runs("recovery-plugin-registry", "second",
+                   each(lambda r: r.get("registry_s", 0)), md),
+        value_runs("recovery-engine-open", "second", each(lambda r: r["open_s"]), md),
+        value_runs("recovery-first-match", "second", each(lambda r: r.get("match_s", 0)), md),
+        value_runs("recovery-init", "second", each(lambda r: r["recovery"].get("init_s", 0)), md),
+        value_runs("recovery-load", "second", each(lambda r: r["recovery"]["load_s"]), md),
+        value_runs("recovery-deserialize", "second",
+                   each(lambda r: r["recovery"]["deserialize_s"]), md),
+        value_runs("recovery-rebuild", "second", each(lambda r: r["recovery"]["rebuild_s"]), md),
+        value_runs("recovery-index", "second", each(lambda r: _index_s(r["recovery"])), md),
         _one_shot("snapshot-write", "second", ref["snapshot_s"], md),
     ]
     st = res["stats_after"]

@@ -111,14 +111,7 @@ def scale_suites(rows, metadata: dict, spec: RunSpec | None = None) -> tuple[lis
             md["gil_free"] = gil_statement(spec, r)
         t, c = pyperf_io.replay_suites(r, md)
         for b in t + c:
-            (times if b in t else counts).append(_renamed(b, f"threads-{n}-{b.get_name()}"))
+            (times if b in t else counts).append(
+                pyperf_io.renamed(b, f"threads-{n}-{b.get_name()}"))
     return times, counts
 
-
-def _renamed(bench, name: str):
-    import pyperf
-    runs = []
-    for run in bench.get_runs():
-        md = dict(run.get_metadata(), name=name)
-        runs.append(pyperf.Run(run.values, metadata=md, collect_metadata=False))
-    return pyperf.Benchmark(runs)

@@ -55,8 +55,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-import pyperf
-
 from prefixbench.harness import pyperf_io
 from prefixbench.harness.build import build
 from prefixbench.harness.errors import ConfigError
@@ -634,19 +632,8 @@ _SPACE_COUNTS = (
 )
 
 
-def _bench(name: str, unit: str, value: float, metadata: dict):
-    """A one-value benchmark; None for 0 (pyperf refuses it: absent means none happened)."""
-    if value is None or not value > 0 or math.isinf(value):
-        return None
-    md = dict(metadata, name=name, unit=unit, loops=1)
-    return pyperf.Benchmark([pyperf.Run([float(value)], metadata=md, collect_metadata=False)])
-
-
-def _renamed(bench, prefix: str):
-    runs = [pyperf.Run(run.values, metadata=dict(run.get_metadata(),
-                                                 name=f"{prefix}-{bench.get_name()}"),
-                       collect_metadata=False) for run in bench.get_runs()]
-    return pyperf.Benchmark(runs)
+def _prefixed(bench, prefix: str):
+    return pyperf_io.renamed(bench, f"{prefix}-{bench.get_name()}")
 
 
 def _suites(res: SweepResult) -> tuple[list, list]:
@@ -662,18 +649,18 @@ def _suites(res: SweepResult) -> tuple[list, list]:
         if r.engine_cache_bytes is not None:
             md["cache_bytes"] = r.engine_cache_bytes
         t, c = pyperf_io.replay_suites(r.result, md)
-        times += [_renamed(b, s.label) for b in t]
-        c = [_renamed(b, s.label) for b in c]
+        times += [_prefixed(b, s.label) for b in t]
+        c = [_prefixed(b, s.label) for b in c]
         have = {b.get_name() for b in c}
         for name, unit, f in _SWEEP_COUNTS:
             full = f"{s.label}-{name}"
             if full not in have:
-                b = _bench(full, unit, f(r), md)
+                b = pyperf_io._one_shot(full, unit, f(r), md)
                 if b is not None:
                     c.append(b)
         if cfg.kind == "space":
             for name, unit, f in _SPACE_COUNTS:
-                b = _bench(f"{s.label}-{name}", unit, f(res, r), md)
+                b = pyperf_io._one_shot(f"{s.label}-{name}", unit, f(res, r), md)
                 if b is not None:
                     c.append(b)
         counts += c
@@ -686,7 +673,7 @@ def _suites(res: SweepResult) -> tuple[list, list]:
                                res.sizing.logical_bytes),
                               ("sizing-ssd-blockhash-disk-bytes", "byte", res.sizing.disk_bytes),
                               ("sizing-cache-bytes", "byte", res.sizing.cache_bytes)):
-            b = _bench(name, unit, v, md)
+            b = pyperf_io._one_shot(name, unit, v, md)
             if b is not None:
                 counts.append(b)
     return times, counts

@@ -643,8 +643,7 @@ def write_pyperf(output: str, rows: list[Restore], warmups: list[Restore] | None
     calls, bytes read, host microseconds per object and layer events per
     restore.  Values of 0 (read calls of a memory-mapped engine) are left out:
     pyperf refuses them.  Returns both paths."""
-    import pyperf
-    from prefixbench.harness.pyperf_io import counts_path, run_metadata, write_suite
+    from prefixbench.harness.pyperf_io import counts_path, run_metadata, value_runs, write_suite
     md = {k: v for k, v in run_metadata("none", None, "payload-restore", config or {}).items()
           if v not in ("", None)}
     warm = {(w.path, w.point): w.seconds for w in warmups or ()}
@@ -653,13 +652,7 @@ def write_pyperf(output: str, rows: list[Restore], warmups: list[Restore] | None
         by.setdefault((r.path, r.point), []).append(r)
 
     def bench(name, unit, values, warmup=None):
-        if not values or min(values) <= 0:
-            return None
-        m = dict(md, name=name, unit=unit, loops=1)
-        runs = [pyperf.Run([float(v)], warmups=[(1, float(warmup))] if warmup and i == 0
-                           else None, metadata=m, collect_metadata=False)
-                for i, v in enumerate(values)]
-        return pyperf.Benchmark(runs)
+        return value_runs(name, unit, values, md, warmup)
 
     times, counts = [], []
     for (path, point), rs in by.items():
