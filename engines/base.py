@@ -32,12 +32,29 @@ MAX_KEY = (1 << 64) - 1
 DURABILITY_MODES = ("sync", "async", "off")
 
 
-def encode_key(key: int) -> bytes:
-    return _KEY.pack(key)
+#: u64 key -> 8 big-endian bytes (byte order is key order, for ordered scans)
+encode_key = _KEY.pack
 
 
 def decode_key(raw: bytes) -> int:
     return _KEY.unpack(raw)[0]
+
+
+#: items per chunk of :func:`chunked_scan`
+SCAN_CHUNK = 1024
+
+
+def chunked_scan(read_chunk, start: int, end: int | None) -> Iterator[tuple[int, bytes]]:
+    """The items of ``[start, end)``, read ``SCAN_CHUNK`` at a time by
+    ``read_chunk(lo)`` (ordered items with keys >= ``lo``): engines close each
+    cursor before yielding, so a caller may write between items."""
+    lo = start
+    while end is None or lo < end:
+        chunk = read_chunk(lo)
+        yield from chunk
+        if len(chunk) < SCAN_CHUNK or chunk[-1][0] == MAX_KEY:
+            return
+        lo = chunk[-1][0] + 1
 
 
 @dataclass(frozen=True)

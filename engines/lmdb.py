@@ -26,15 +26,18 @@ open the store again in the child.
 """
 from __future__ import annotations
 
-import struct
 import threading
 import time
 
 from prefixbench.engines.base import (
     SegmentStore,
     StoreConfig,
+    SCAN_CHUNK,
     allocated_bytes,
     check_options,
+    chunked_scan,
+    decode_key,
+    encode_key,
     import_binding,
     int_option,
     prepare_store_dir,
@@ -42,10 +45,7 @@ from prefixbench.engines.base import (
 from prefixbench.harness.errors import ConfigError, StoreError
 from prefixbench.plugins.hookspecs import hookimpl
 
-_PACK = struct.Struct(">Q").pack
-_UNPACK = struct.Struct(">Q").unpack
-_MAX_KEY = (1 << 64) - 1
-_SCAN_CHUNK = 1024
+_PACK = encode_key
 _OPTIONS = {"map_size", "max_readers"}
 
 
@@ -134,8 +134,8 @@ class LmdbStore(SegmentStore):
         for k, v in cur.iternext():
             if hi is not None and k >= hi:
                 break
-            out.append((_UNPACK(k)[0], v))
-            if len(out) == _SCAN_CHUNK:
+            out.append((decode_key(k), v))
+            if len(out) == SCAN_CHUNK:
                 break
         return out
 
@@ -147,13 +147,7 @@ class LmdbStore(SegmentStore):
 
     def _scan(self, start, end):
         hi = None if end is None else _PACK(end)
-        lo = start
-        while end is None or lo < end:
-            chunk = self._read(self._scan_chunk, (_PACK(lo), hi))
-            yield from chunk
-            if len(chunk) < _SCAN_CHUNK or chunk[-1][0] == _MAX_KEY:
-                return
-            lo = chunk[-1][0] + 1
+        return chunked_scan(lambda lo: self._read(self._scan_chunk, (_PACK(lo), hi)), start, end)
 
     # ----- writes ----------------------------------------------------
     def _write(self, puts, deletes):

@@ -16,14 +16,17 @@ Options: ``write_buffer_bytes``, ``background_jobs`` (default 4).
 """
 from __future__ import annotations
 
-import struct
 import threading
 
 from prefixbench.engines.base import (
     SegmentStore,
     StoreConfig,
+    SCAN_CHUNK,
     allocated_bytes,
     check_options,
+    chunked_scan,
+    decode_key,
+    encode_key,
     import_binding,
     int_option,
     prepare_store_dir,
@@ -31,10 +34,7 @@ from prefixbench.engines.base import (
 from prefixbench.harness.errors import ConfigError, StoreError
 from prefixbench.plugins.hookspecs import hookimpl
 
-_PACK = struct.Struct(">Q").pack
-_UNPACK = struct.Struct(">Q").unpack
-_MAX_KEY = (1 << 64) - 1
-_SCAN_CHUNK = 1024
+_PACK = encode_key
 _OPTIONS = {"write_buffer_bytes", "background_jobs"}
 _MIN_WRITE_BUFFER = 64 << 10
 
@@ -112,20 +112,14 @@ class RocksDBStore(SegmentStore):
         it = self._db.iter(ro)
         it.seek(_PACK(lo))
         out = []
-        while it.valid() and len(out) < _SCAN_CHUNK:
-            out.append((_UNPACK(it.key())[0], it.value()))
+        while it.valid() and len(out) < SCAN_CHUNK:
+            out.append((decode_key(it.key()), it.value()))
             it.next()
         del it
         return out
 
     def _scan(self, start, end):
-        lo = start
-        while end is None or lo < end:
-            chunk = self._scan_chunk(lo, end)
-            yield from chunk
-            if len(chunk) < _SCAN_CHUNK or chunk[-1][0] == _MAX_KEY:
-                return
-            lo = chunk[-1][0] + 1
+        return chunked_scan(lambda lo: self._scan_chunk(lo, end), start, end)
 
     def _sync(self):
         if self.config.durability == "off":

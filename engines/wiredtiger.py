@@ -39,8 +39,10 @@ import weakref
 
 from prefixbench.engines.base import (
     SegmentStore,
+    SCAN_CHUNK,
     StoreConfig,
     check_options,
+    chunked_scan,
     import_binding,
     int_option,
     prepare_store_dir,
@@ -49,8 +51,6 @@ from prefixbench.harness.errors import StoreError
 from prefixbench.plugins.hookspecs import hookimpl
 
 URI = "table:segments"
-_SCAN_CHUNK = 1024
-_MAX_KEY = (1 << 64) - 1
 _MIN_CACHE = 1 << 20
 _LOG_PREFIXES = ("WiredTigerLog.", "WiredTigerPreplog.", "WiredTigerTmplog.")
 _OPTIONS = {"checkpoint_wait", "session_max", "log_file_max"}
@@ -179,20 +179,14 @@ class WiredTigerStore(SegmentStore):
                 if end is not None and k >= end:
                     break
                 out.append((k, cur.get_value()))
-                if len(out) == _SCAN_CHUNK or cur.next() != 0:
+                if len(out) == SCAN_CHUNK or cur.next() != 0:
                     break
         finally:
             cur.close()
         return out
 
     def _scan(self, start, end):
-        lo = start
-        while end is None or lo < end:
-            chunk = self._scan_chunk(lo, end)
-            yield from chunk
-            if len(chunk) < _SCAN_CHUNK or chunk[-1][0] == _MAX_KEY:
-                return
-            lo = chunk[-1][0] + 1
+        return chunked_scan(lambda lo: self._scan_chunk(lo, end), start, end)
 
     # ----- writes ----------------------------------------------------
     def _write(self, puts, deletes):
