@@ -176,6 +176,34 @@ def write_snapshot(directory, strategy: str, meta: dict, sections: dict, fault=N
     return off
 
 
+def _read_header(f, bad):
+    """``(file size, strategy, meta, section descriptors, payload bytes)`` from an open
+    snapshot, magic, version and header checksum verified; ``bad(what)`` makes the error."""
+    size = os.fstat(f.fileno()).st_size
+    raw = f.read(_PREFIX.size)
+    if len(raw) < _PREFIX.size:
+        raise bad(f"truncated: {size} bytes, shorter than the header")
+    magic, version, hlen = _PREFIX.unpack(raw)
+    if magic != MAGIC:
+        raise bad("not a prefixbench snapshot (bad magic)")
+    if version != FORMAT_VERSION:
+        raise bad(f"format version {version}, this prefixbench reads version {FORMAT_VERSION}")
+    if hlen > size:
+        raise bad(f"truncated: header of {hlen} bytes in a {size}-byte file")
+    js = f.read(hlen)
+    ck = f.read(_U32.size)
+    if len(js) < hlen or len(ck) < _U32.size:
+        raise bad("truncated inside the header")
+    if zlib.crc32(raw + js) != _U32.unpack(ck)[0]:
+        raise bad("header checksum mismatch (corrupt)")
+    try:
+        head = json.loads(js)
+        return (size, head["strategy"], head["meta"], head["sections"],
+                int(head["payload_bytes"]))
+    except (ValueError, KeyError, TypeError):
+        raise bad("unreadable header") from None
+
+
 def read_snapshot(directory, strategy: str | None = None, previous: bool = False) -> Snapshot:
     """The published snapshot (``previous``: the generation before it), every checksum
     verified; :class:`SnapshotError` otherwise."""
@@ -193,29 +221,7 @@ def read_snapshot(directory, strategy: str | None = None, previous: bool = False
     except OSError as e:
         raise bad(f"cannot open ({e.strerror or e})") from None
     with f:
-        size = os.fstat(f.fileno()).st_size
-        raw = f.read(_PREFIX.size)
-        if len(raw) < _PREFIX.size:
-            raise bad(f"truncated: {size} bytes, shorter than the header")
-        magic, version, hlen = _PREFIX.unpack(raw)
-        if magic != MAGIC:
-            raise bad("not a prefixbench snapshot (bad magic)")
-        if version != FORMAT_VERSION:
-            raise bad(f"format version {version}, this prefixbench reads version {FORMAT_VERSION}")
-        if hlen > size:
-            raise bad(f"truncated: header of {hlen} bytes in a {size}-byte file")
-        js = f.read(hlen)
-        ck = f.read(_U32.size)
-        if len(js) < hlen or len(ck) < _U32.size:
-            raise bad("truncated inside the header")
-        if zlib.crc32(raw + js) != _U32.unpack(ck)[0]:
-            raise bad("header checksum mismatch (corrupt)")
-        try:
-            head = json.loads(js)
-            name, meta, descs, total = (head["strategy"], head["meta"], head["sections"],
-                                        int(head["payload_bytes"]))
-        except (ValueError, KeyError, TypeError):
-            raise bad("unreadable header") from None
+        size, name, meta, descs, total = _read_header(f, bad)
         if strategy is not None and name != strategy:
             raise bad(f"written by strategy {name}, not {strategy}")
         if size != total:
@@ -242,19 +248,12 @@ def read_snapshot(directory, strategy: str | None = None, previous: bool = False
 def snapshot_log_seq(directory, previous: bool = False) -> int | None:
     """The insert-log position a snapshot covers, from its checked header only;
     None when there is no such snapshot or its header does not verify."""
-    path = snapshot_path(directory, previous)
     try:
-        with open(path, "rb") as f:
-            raw = f.read(_PREFIX.size)
-            magic, version, hlen = _PREFIX.unpack(raw)
-            js = f.read(hlen)
-            ck = f.read(_U32.size)
-        if (magic != MAGIC or version != FORMAT_VERSION or len(js) < hlen
-                or len(ck) < _U32.size or zlib.crc32(raw + js) != _U32.unpack(ck)[0]):
-            return None
-        seq = json.loads(js)["meta"].get("log_seq")
+        with open(snapshot_path(directory, previous), "rb") as f:
+            meta = _read_header(f, SnapshotError)[2]
+        seq = meta.get("log_seq")
         return None if seq is None else int(seq)
-    except (OSError, struct.error, ValueError, KeyError, TypeError):
+    except (OSError, SnapshotError, AttributeError, ValueError, TypeError):
         return None
 
 
