@@ -314,15 +314,7 @@ class SsdBlockHashStrategy(IndexStrategy):
                 present = [None] * len(missing)
             else:
                 present = self.store.get_many([keys[j] for j in missing])
-            puts, seen = [], set()
-            for j, v in zip(missing, present):
-                k = keys[j]
-                if v is None and k not in seen:
-                    seen.add(k)
-                    puts.append((k, raw[j * ms:(j + 1) * ms]))
-            if puts:
-                self.store.write_items(puts)
-                self._entries += len(puts)
+            self._write_new(keys, raw, [j for j, v in zip(missing, present) if v is None])
 
     def insert_known_prefix(self, block_ids, metas, known: int) -> None:
         """Write blocks ``known..n`` without probing (the caller vouches for the rest)."""
@@ -333,10 +325,21 @@ class SsdBlockHashStrategy(IndexStrategy):
             raise ValueError(f"known={known} outside 0..{n}")
         if known == n:
             return
-        keys = ids.tolist()
-        puts = dict((keys[j], raw[j * ms:(j + 1) * ms]) for j in range(n - 1, known - 1, -1))
         with self._insert_lock:
-            self.store.write_items(list(puts.items()))
+            self._write_new(ids.tolist(), raw, range(known, n))
+
+    def _write_new(self, keys: list, raw: bytes, positions) -> None:
+        """Write the blocks at ``positions`` (absent from the store), each key once with
+        its first metadata, as one batch (caller holds the insert lock)."""
+        ms = self.meta_size
+        puts, seen = [], set()
+        for j in positions:
+            k = keys[j]
+            if k not in seen:
+                seen.add(k)
+                puts.append((k, raw[j * ms:(j + 1) * ms]))
+        if puts:
+            self.store.write_items(puts)
             self._entries += len(puts)
 
     def _first_missing(self, keys: list, lo: int) -> int:
