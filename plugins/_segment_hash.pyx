@@ -13,7 +13,7 @@ module documents it).  The pure-Python reference is
 import numpy as np
 cimport numpy as cnp
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
-from libc.string cimport memcpy, memset
+from libc.string cimport memcpy
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.list cimport PyList_New, PyList_SET_ITEM
 from cpython.ref cimport Py_INCREF
@@ -24,38 +24,7 @@ DEF HEADER = 40
 DEF CK_OFF = 32
 DEF VERSION = 1
 
-cdef uint64_t K0 = 0x8F1BBCDCCA62C1D6ULL
-cdef uint64_t K1 = 0x9E3779B97F4A7C15ULL
-cdef uint64_t K2 = 0xFF51AFD7ED558CCDULL
-cdef uint64_t K3 = 0xC4CEB9FE1A85EC53ULL
-
-
-cdef inline uint64_t _fold(uint64_t h, const uint8_t* p, Py_ssize_t n) noexcept nogil:
-    """Fold ``n`` bytes as little-endian words (the last one zero-padded) into ``h``."""
-    cdef Py_ssize_t i = 0, j
-    cdef uint64_t w
-    while i + 8 <= n:
-        memcpy(&w, p + i, 8)          # little-endian hosts (x86-64, aarch64)
-        h = (h ^ w) * K2
-        h ^= h >> 29
-        i += 8
-    if i < n:
-        w = 0
-        for j in range(n - i):
-            w |= (<uint64_t>p[i + j]) << (8 * j)
-        h = (h ^ w) * K2
-        h ^= h >> 29
-    return h
-
-
-cdef inline uint64_t _pbsum64(const uint8_t* raw, Py_ssize_t total) noexcept nogil:
-    cdef uint64_t h = K0 ^ (<uint64_t>(total - 8) * K1)
-    h = _fold(h, raw, CK_OFF)
-    h = _fold(h, raw + HEADER, total - HEADER)
-    h ^= h >> 32
-    h *= K3
-    h ^= h >> 29
-    return h
+include "_segment_checksum.pxi"
 
 
 def encode_records(keys, starts, lens, ids, metas, Py_ssize_t meta_size):
@@ -104,7 +73,7 @@ def encode_records(keys, starts, lens, ids, metas, Py_ssize_t meta_size):
         memcpy(p + 24, &start, 8)
         memcpy(p + HEADER, ap + s[i] * 8, cnt * 8)
         memcpy(p + HEADER + cnt * 8, mp + s[i] * meta_size, cnt * meta_size)
-        h = _pbsum64(p, total)
+        h = _seg_checksum(p, total)
         memcpy(p + CK_OFF, &h, 8)
         item = (int(key), rec)
         Py_INCREF(item)

@@ -9,7 +9,7 @@ verification run without the GIL.
 import numpy as np
 cimport numpy as cnp
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
-from libc.string cimport memcpy, memset
+from libc.string cimport memcpy
 from libc.stdlib cimport free, malloc
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 
@@ -18,52 +18,11 @@ cnp.import_array()
 DEF HEADER = 40
 DEF CK_OFF = 32
 
-cdef uint64_t C0 = 0x8F1BBCDCCA62C1D6ULL
-cdef uint64_t C1 = 0x9E3779B97F4A7C15ULL
-cdef uint64_t C2 = 0xFF51AFD7ED558CCDULL
-cdef uint64_t C3 = 0xC4CEB9FE1A85EC53ULL
+include "_segment_checksum.pxi"
 
 MAGIC = b"PBSG"
 VERSION = 1
 HEADER_SIZE = HEADER
-
-
-cdef inline uint64_t _load_le(const uint8_t* p) noexcept nogil:
-    cdef uint64_t w = 0
-    cdef int i
-    for i in range(8):
-        w |= (<uint64_t>p[i]) << (8 * i)
-    return w
-
-
-cdef inline uint64_t _mix_words(uint64_t h, const uint8_t* p, Py_ssize_t n) noexcept nogil:
-    """Fold ``n`` bytes (zero-padded to whole words) into ``h``."""
-    cdef Py_ssize_t i = 0
-    cdef uint8_t tail[8]
-    cdef uint64_t w
-    while i + 8 <= n:
-        memcpy(&w, p + i, 8)          # little-endian hosts only (x86-64, aarch64)
-        h = (h ^ w) * C2
-        h ^= h >> 29
-        i += 8
-    if i < n:
-        memset(tail, 0, 8)
-        memcpy(tail, p + i, n - i)
-        w = _load_le(tail)
-        h = (h ^ w) * C2
-        h ^= h >> 29
-    return h
-
-
-cdef uint64_t _checksum(const uint8_t* raw, Py_ssize_t n) noexcept nogil:
-    """Checksum of ``raw[:32] + raw[40:]`` (everything but the checksum field)."""
-    cdef uint64_t h = C0 ^ (<uint64_t>(n - 8) * C1)
-    h = _mix_words(h, raw, CK_OFF)
-    h = _mix_words(h, raw + HEADER, n - HEADER)
-    h ^= h >> 32
-    h *= C3
-    h ^= h >> 29
-    return h
 
 
 def checksum(raw):
@@ -74,7 +33,7 @@ def checksum(raw):
     if n < HEADER:
         raise ValueError(f"a segment record has at least {HEADER} bytes, got {n}")
     with nogil:
-        h = _checksum(&v[0], n)
+        h = _seg_checksum(&v[0], n)
     return h
 
 
@@ -110,7 +69,7 @@ def encode(uint64_t seg_id, uint64_t start, ids, metas, Py_ssize_t meta_size):
         memcpy(p + 24, &start, 8)
         memcpy(p + HEADER, ap, n * 8)
         memcpy(p + HEADER + n * 8, mp, n * meta_size)
-        h = _checksum(p, total)
+        h = _seg_checksum(p, total)
         memcpy(p + CK_OFF, &h, 8)
     return out
 
@@ -147,7 +106,7 @@ def decode(raw, Py_ssize_t meta_size):
     if n != HEADER + <Py_ssize_t>count * (8 + meta_size):
         return f"record length {n} does not match {count} blocks"
     with nogil:
-        h = _checksum(p, n)
+        h = _seg_checksum(p, n)
     if h != stored:
         return "checksum mismatch"
     buf = raw if isinstance(raw, bytes) else bytes(raw)
@@ -240,7 +199,7 @@ def verify_raws(list raws, seg_ids, qw, uint64_t ws, Py_ssize_t S, Py_ssize_t me
             if ver != 1 or ms16 != meta_size or key != sid[i] or cnt > S \
                     or lens[i] != HEADER + <Py_ssize_t>cnt * (8 + meta_size):
                 continue
-            if _checksum(p, lens[i]) != stored:
+            if _seg_checksum(p, lens[i]) != stored:
                 continue
             status[i] = 0
             if start != ws:
