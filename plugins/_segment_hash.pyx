@@ -22,9 +22,8 @@ cnp.import_array()
 
 DEF HEADER = 40
 DEF CK_OFF = 32
-DEF VERSION = 1
 
-include "_segment_checksum.pxi"
+include "_segment_record.pxi"
 
 
 def encode_records(keys, starts, lens, ids, metas, Py_ssize_t meta_size):
@@ -52,9 +51,7 @@ def encode_records(keys, starts, lens, ids, metas, Py_ssize_t meta_size):
     cdef list out = PyList_New(r)
     cdef Py_ssize_t total, cnt
     cdef uint8_t* p
-    cdef uint16_t ver = VERSION, ms16 = <uint16_t>meta_size
-    cdef uint32_t n32, zero = 0
-    cdef uint64_t key, start, h
+    cdef uint64_t key
     cdef object rec, item
     for i in range(r):
         cnt = g[i]
@@ -62,19 +59,8 @@ def encode_records(keys, starts, lens, ids, metas, Py_ssize_t meta_size):
         rec = PyBytes_FromStringAndSize(NULL, total)
         p = <uint8_t*>PyBytes_AS_STRING(rec)
         key = k[i]
-        start = <uint64_t>s[i]
-        n32 = <uint32_t>cnt
-        memcpy(p, b"PBSG", 4)
-        memcpy(p + 4, &ver, 2)
-        memcpy(p + 6, &ms16, 2)
-        memcpy(p + 8, &n32, 4)
-        memcpy(p + 12, &zero, 4)
-        memcpy(p + 16, &key, 8)
-        memcpy(p + 24, &start, 8)
-        memcpy(p + HEADER, ap + s[i] * 8, cnt * 8)
-        memcpy(p + HEADER + cnt * 8, mp + s[i] * meta_size, cnt * meta_size)
-        h = _seg_checksum(p, total)
-        memcpy(p + CK_OFF, &h, 8)
+        _seg_write(p, key, <uint64_t>s[i], ap + s[i] * 8, <uint32_t>cnt,
+                   mp + s[i] * meta_size, <uint16_t>meta_size)
         item = (int(key), rec)
         Py_INCREF(item)
         PyList_SET_ITEM(out, i, item)

@@ -18,7 +18,7 @@ cnp.import_array()
 DEF HEADER = 40
 DEF CK_OFF = 32
 
-include "_segment_checksum.pxi"
+include "_segment_record.pxi"
 
 MAGIC = b"PBSG"
 VERSION = 1
@@ -52,25 +52,10 @@ def encode(uint64_t seg_id, uint64_t start, ids, metas, Py_ssize_t meta_size):
     cdef Py_ssize_t total = HEADER + n * (8 + meta_size)
     out = PyBytes_FromStringAndSize(NULL, total)
     cdef uint8_t* p = <uint8_t*>PyBytes_AS_STRING(out)
-    cdef uint16_t ver = VERSION
-    cdef uint16_t ms16 = <uint16_t>meta_size
-    cdef uint32_t n32 = <uint32_t>n
-    cdef uint32_t zero = 0
-    cdef uint64_t h
     cdef const uint8_t* ap = <const uint8_t*>cnp.PyArray_DATA(a)
     cdef const uint8_t* mp = <const uint8_t*>cnp.PyArray_DATA(m)
     with nogil:
-        memcpy(p, b"PBSG", 4)
-        memcpy(p + 4, &ver, 2)
-        memcpy(p + 6, &ms16, 2)
-        memcpy(p + 8, &n32, 4)
-        memcpy(p + 12, &zero, 4)
-        memcpy(p + 16, &seg_id, 8)
-        memcpy(p + 24, &start, 8)
-        memcpy(p + HEADER, ap, n * 8)
-        memcpy(p + HEADER + n * 8, mp, n * meta_size)
-        h = _seg_checksum(p, total)
-        memcpy(p + CK_OFF, &h, 8)
+        _seg_write(p, seg_id, start, ap, <uint32_t>n, mp, <uint16_t>meta_size)
     return out
 
 
