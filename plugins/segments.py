@@ -455,15 +455,8 @@ class SegmentLayer:
 
     def read_many(self, seg_ids) -> list[Segment | None]:
         """Segments for ``seg_ids`` in order, with ONE ``store.get_many`` call."""
-        ids = [int(i) for i in seg_ids]
-        if not ids:
-            return []
-        raws = self.store.get_many(ids)
-        with self._count_lock:
-            self.logical_reads += len(ids)
-            self.read_calls += 1
-            self.misses += sum(r is None for r in raws)
-        return [self._decode(i, r) for i, r in zip(ids, raws)]
+        ids = seg_ids.tolist() if isinstance(seg_ids, np.ndarray) else [int(i) for i in seg_ids]
+        return [self._decode(i, r) for i, r in zip(ids, self.read_raw_many(ids))]
 
     # ---- writes -----------------------------------------------------------
     def write(self, seg: Segment) -> None:
