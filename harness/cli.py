@@ -557,6 +557,7 @@ def cmd_payload(args, leftover, argv, quiet):
     from prefixbench.workloads.payload import (
         LAYERWISE,
         _parse_objects,
+        check_payload,
         rows_as_dicts,
         run_payload,
         summarize,
@@ -572,14 +573,19 @@ def cmd_payload(args, leftover, argv, quiet):
               "restores": args.restores, "stripe": args.stripe, "pack_bytes": args.pack_bytes,
               "hit": args.hit, "cache": args.cache, "layers": args.layers,
               "layer_object": args.layer_object}
+    # every size is parsed before the progress bar starts: a bad one is the only output
+    sizes = dict(payload_bytes=parse_size("--payload", args.payload),
+                 stripe=parse_size("--stripe", args.stripe),
+                 hit_bytes=parse_size("--hit", args.hit) if args.hit else None,
+                 pack_bytes=parse_size("--pack-bytes", args.pack_bytes),
+                 layer_object=parse_size("--layer-object", args.layer_object))
+    check_payload(objects=objects, paths=paths, restores=args.restores, cache_mode=args.cache,
+                  work_dir=args.work_dir, layers=args.layers, **sizes)
     with progress(total, "restores", quiet, unit="restore") as bar:
-        rows = run_payload(parse_size("--payload", args.payload), objects, paths, args.restores,
-                           parse_size("--stripe", args.stripe),
-                           parse_size("--hit", args.hit) if args.hit else None, args.cache,
-                           parse_size("--pack-bytes", args.pack_bytes), args.work_dir,
+        rows = run_payload(objects=objects, paths=paths, restores=args.restores,
+                           cache_mode=args.cache, work_dir=args.work_dir,
                            progress=lambda r: bar.update(1), layers=args.layers,
-                           layer_object=parse_size("--layer-object", args.layer_object),
-                           warmups=warm)
+                           warmups=warm, **sizes)
     summ = summarize(rows)
     table = []
     for p in paths:

@@ -60,11 +60,25 @@ def test_summary_figures(tmp_path):
     (dict(hit_bytes=0), "hit"),
     (dict(cache_mode="warm"), "cache"),
     (dict(pack_bytes=MiB), "pack_bytes"),
+    (dict(objects=("layerwise",), layers=0), "layers"),
 ])
 def test_bad_options_are_one_line(tmp_path, kw, option):
     with pytest.raises(ConfigError, match=option) as ei:
         _run(tmp_path, **kw)
     assert "\n" not in str(ei.value)
+
+
+@pytest.mark.parametrize("args, option", [(["--layer-object", "lots"], "--layer-object"),
+                                          (["--layers", "0"], "layers"),
+                                          (["--objects", "4", "--paths", "seq,nodb"], "nodb")])
+def test_bad_cli_option_is_the_only_output(tmp_path, args, option):
+    """Refused before the progress bar starts and before anything is written."""
+    proc = subprocess.run([sys.executable, "-m", "prefixbench", "payload", "--payload", "8MiB",
+                           "--work-dir", str(tmp_path / "w"), *args],
+                          capture_output=True, text=True, check=False)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode != 0 and len(lines) == 1 and option in lines[0], proc.stderr
+    assert not (tmp_path / "w").exists()
 
 
 def test_work_dir_with_files_is_refused(tmp_path):

@@ -451,6 +451,28 @@ def _round_order(points, paths, r):
     return [(pt, name) for pt in pts for unit in units for name in unit]
 
 
+def check_payload(payload_bytes, objects, paths, restores, stripe, hit_bytes, cache_mode,
+                  pack_bytes, work_dir, layers, layer_object) -> tuple[list, list]:
+    """Every option of :func:`run_payload` checked - one :class:`ConfigError` line for
+    the first bad one, before anything is written; returns the parsed object counts
+    and the sweep's points."""
+    objects = _parse_objects(objects)
+    _check(payload_bytes, objects, stripe, hit_bytes, restores, cache_mode, layers,
+           layer_object)
+    if not paths:
+        raise ConfigError("option paths: give at least one path")
+    from prefixbench.engines.conformance_child import resolve_engine
+    for name in paths:
+        if name not in ("seq", "files", "stripes"):
+            resolve_engine(name)         # an unknown engine fails here, before any work
+    if pack_bytes < stripe + 2 * ALIGN:
+        raise ConfigError(f"option pack_bytes: {pack_bytes} cannot hold a {stripe}-byte stripe")
+    if work_dir is not None and os.path.exists(work_dir) and (
+            not os.path.isdir(work_dir) or os.listdir(work_dir)):
+        raise ConfigError(f"payload work dir {work_dir}: must be a new or empty directory")
+    return objects, _points(payload_bytes, objects, hit_bytes, layers, layer_object)
+
+
 def run_payload(payload_bytes: int = 1 << 30, objects=DEFAULT_OBJECTS, paths=DEFAULT_PATHS,
                 restores: int = 3, stripe: int = 32 << 20, hit_bytes: int | None = None,
                 cache_mode: str = "direct", pack_bytes: int = 1 << 30, work_dir: str | None = None,
@@ -463,23 +485,11 @@ def run_payload(payload_bytes: int = 1 << 30, objects=DEFAULT_OBJECTS, paths=DEF
     ``work_dir`` must be missing or empty (default: a temporary directory,
     removed afterwards); every path's files are removed at the end.
     """
-    objects = _parse_objects(objects)
-    _check(payload_bytes, objects, stripe, hit_bytes, restores, cache_mode, layers,
-           layer_object)
-    if not paths:
-        raise ConfigError("option paths: give at least one path")
-    from prefixbench.engines.conformance_child import resolve_engine
-    for name in paths:
-        if name not in ("seq", "files", "stripes"):
-            resolve_engine(name)         # an unknown engine fails here, before any work
-    if pack_bytes < stripe + 2 * ALIGN:
-        raise ConfigError(f"option pack_bytes: {pack_bytes} cannot hold a {stripe}-byte stripe")
-    points = _points(payload_bytes, objects, hit_bytes, layers, layer_object)
+    objects, points = check_payload(payload_bytes, objects, paths, restores, stripe, hit_bytes,
+                                    cache_mode, pack_bytes, work_dir, layers, layer_object)
     own = work_dir is None
     if own:
         work_dir = tempfile.mkdtemp(prefix="prefixbench-payload-", dir=os.getcwd())
-    elif os.path.exists(work_dir) and (not os.path.isdir(work_dir) or os.listdir(work_dir)):
-        raise ConfigError(f"payload work dir {work_dir}: must be a new or empty directory")
     os.makedirs(work_dir, exist_ok=True)
     flat = [p.size for p in points if p.layers == 1]
     per_token = math.gcd(stripe, 128 << 10, *flat) if flat else ALIGN
