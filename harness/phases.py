@@ -4,7 +4,8 @@ Each thread has one clock with **exclusive** accounting: :func:`enter` pauses
 the phase running now and starts the named one, :func:`leave` stops it and
 resumes the one below.  Nested phases therefore never count twice - an engine
 call made while routing counts as storage, not routing - and what no phase
-claims is "the rest" (request latency minus every phase).
+claims is "the rest" (request latency minus every phase; :data:`REST` is
+reserved for it).
 
 Phase names are free text; the built-in strategies use the names below.
 Engine calls (:class:`prefixbench.engines.base.SegmentStore`'s get, get_many
@@ -15,17 +16,26 @@ measures *how long*.
 
 Off by default: then every call below is one global test, so strategies may
 call them on their hot paths (per window or per store call, never per block).
-:func:`enable` is for the harness, between requests only (a thread that is
-inside a phase when the switch flips simply finds an empty stack).
+Code that makes several calls in a row may test the module global ``_ON``
+itself first (``if phases._ON: ...``).  :func:`enable` is for the harness,
+between requests only (a thread that is inside a phase when the switch flips
+simply finds an empty stack, and :func:`reset` clears what is left).
+
+Every :func:`enter` (and every lock wait) counts one *switch*
+(:func:`switches`); :func:`calibrate` measures what one enter/leave pair
+costs, so a harness can state the clock's own overhead per request as
+switches times that cost.  :class:`TimedLock` first tries the lock without
+waiting: an uncontended acquire costs no clock call and no switch.
 """
 from __future__ import annotations
 
 import threading
 import time
+from collections import defaultdict
 
-__all__ = ["STORAGE", "SPILL", "FALLBACK", "ROUTING", "HASHING", "VERIFY", "LOCK",
-           "STORAGE_KINDS", "enable", "enabled", "enter", "enter_storage", "leave", "phase",
-           "reset", "totals", "TimedLock"]
+__all__ = ["STORAGE", "SPILL", "FALLBACK", "ROUTING", "HASHING", "VERIFY", "ENCODE", "LOCK",
+           "REST", "ORDER", "STORAGE_KINDS", "enable", "enabled", "enter", "enter_storage",
+           "leave", "phase", "reset", "totals", "switches", "calibrate", "ordered", "TimedLock"]
 
 #: engine calls (reads and writes), attributed by the engine itself
 STORAGE = "storage"
@@ -39,19 +49,34 @@ ROUTING = "routing"
 HASHING = "hashing"
 #: decoding records and verifying block IDs against the query
 VERIFY = "verify"
+#: building the records an insert writes (the inverse of decoding)
+ENCODE = "encode"
 #: waiting to acquire a strategy's lock
 LOCK = "lock"
+#: latency no phase claimed (computed by the harness, never entered)
+REST = "rest"
 #: phases that are engine time (an engine call inside one of these keeps it)
 STORAGE_KINDS = frozenset({STORAGE, SPILL, FALLBACK})
+#: the order tables and exports list phases in (others follow by name, rest last)
+ORDER = (STORAGE, SPILL, FALLBACK, ROUTING, HASHING, VERIFY, ENCODE, LOCK)
 
 _ON = False
 _now = time.perf_counter_ns
 
 
+class _State:
+    __slots__ = ("stack", "totals", "since", "n")
+
+    def __init__(self):
+        self.stack: list = []                 # names of the open phases, innermost last
+        self.totals = defaultdict(int)        # closed time per phase, ns
+        self.since = 0                        # when the innermost phase last (re)started
+        self.n = 0                            # enters since the last reset
+
+
 class _Clock(threading.local):
     def __init__(self):
-        self.totals: dict[str, int] = {}
-        self.stack: list = []          # [name, started_ns] per open phase
+        self.s = _State()
 
 
 _clock = _Clock()
@@ -71,36 +96,43 @@ def enter(name: str) -> None:
     """Start phase ``name`` on this thread, pausing the one running now."""
     if not _ON:
         return
-    c = _clock
+    s = _clock.s
     now = _now()
-    st = c.stack
+    st = s.stack
     if st:
-        top = st[-1]
-        c.totals[top[0]] = c.totals.get(top[0], 0) + now - top[1]
-    st.append([name, now])
+        s.totals[st[-1]] += now - s.since
+    s.since = now
+    s.n += 1
+    st.append(name)
 
 
 def enter_storage() -> None:
     """Start an engine call: :data:`STORAGE`, unless a storage kind is running."""
     if not _ON:
         return
-    st = _clock.stack
-    enter(st[-1][0] if st and st[-1][0] in STORAGE_KINDS else STORAGE)
+    s = _clock.s
+    now = _now()
+    st = s.stack
+    if st:
+        top = st[-1]
+        s.totals[top] += now - s.since
+        st.append(top if top in STORAGE_KINDS else STORAGE)
+    else:
+        st.append(STORAGE)
+    s.since = now
+    s.n += 1
 
 
 def leave() -> None:
     """End this thread's current phase and resume the one below it."""
     if not _ON:
         return
-    c = _clock
-    st = c.stack
-    if not st:
-        return
-    now = _now()
-    name, started = st.pop()
-    c.totals[name] = c.totals.get(name, 0) + now - started
+    s = _clock.s
+    st = s.stack
     if st:
-        st[-1][1] = now
+        now = _now()
+        s.totals[st.pop()] += now - s.since
+        s.since = now
 
 
 class _Phase:
@@ -130,19 +162,59 @@ def phase(name: str) -> _Phase:
 
 
 def reset() -> None:
-    """Zero this thread's totals (the harness does it before each timed call)."""
-    c = _clock
-    c.totals = {}
-    c.stack = []
+    """Zero this thread's totals and switch count (the harness does it before each
+    timed call)."""
+    _clock.s = _State()
 
 
 def totals() -> dict[str, int]:
     """This thread's nanoseconds per phase since :func:`reset` (closed phases only)."""
-    return dict(_clock.totals)
+    return dict(_clock.s.totals)
+
+
+def switches() -> int:
+    """Phases entered (lock waits included) on this thread since :func:`reset`."""
+    return _clock.s.n
+
+
+def calibrate(pairs: int = 2000, rounds: int = 5) -> float:
+    """Nanoseconds one enter/leave pair costs on this thread, nested in an open
+    phase (the usual case: an engine call inside routing); the median of
+    ``rounds`` loops of ``pairs`` pairs, loop overhead included (so it errs high).
+    Leaves the clock reset and in the state it found ``enabled``."""
+    global _ON
+    was = _ON
+    _ON = True
+    samples = []
+    try:
+        for _ in range(rounds):
+            reset()
+            enter(ROUTING)
+            t0 = _now()
+            for _ in range(pairs):
+                enter_storage()
+                leave()
+            samples.append((_now() - t0) / pairs)
+            leave()
+    finally:
+        _ON = was
+        reset()
+    samples.sort()
+    return float(samples[len(samples) // 2])
+
+
+def ordered(names) -> list[str]:
+    """``names`` in :data:`ORDER`, other phases after them by name, :data:`REST` last."""
+    names = set(names)
+    head = [n for n in ORDER if n in names]
+    tail = sorted(n for n in names if n not in ORDER and n != REST)
+    return head + tail + ([REST] if REST in names else [])
 
 
 class TimedLock:
-    """A lock whose waits count as :data:`LOCK` (context manager, like the lock)."""
+    """A lock whose waits count as :data:`LOCK` (context manager, like the lock).
+
+    An acquire that does not have to wait records nothing."""
 
     __slots__ = ("_lock",)
 
@@ -150,11 +222,13 @@ class TimedLock:
         self._lock = lock if lock is not None else threading.Lock()
 
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
-        if not _ON:
+        if not _ON or not blocking:
             return self._lock.acquire(blocking, timeout)
+        if self._lock.acquire(False):
+            return True
         enter(LOCK)
         try:
-            return self._lock.acquire(blocking, timeout)
+            return self._lock.acquire(True, timeout)
         finally:
             leave()
 
