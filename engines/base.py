@@ -6,7 +6,10 @@ scan visits keys in numeric order.
 
 Subclasses implement the underscored primitives; the public methods here keep
 the logical counters (:class:`StoreStats`) in one place so every engine counts
-reads and writes the same way.
+reads and writes the same way, and time the primitive as engine time
+(:mod:`prefixbench.harness.phases`) while the phase clocks are on: the
+primitive alone, not the key checks around it.  Scans are timed per item
+fetched (only when the clocks are on as the scan starts); sync too.
 """
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ import struct
 from dataclasses import dataclass, field, fields
 from typing import Iterable, Iterator, Sequence
 
+from prefixbench.harness import phases as _phases
 from prefixbench.harness.errors import ConfigError, MissingDependencyError, StoreError
 from prefixbench.harness.units import parse_size
 
@@ -174,7 +178,14 @@ class SegmentStore(abc.ABC):
 
     # ----- public API (counts, then delegates) ------------------------
     def get(self, key: int) -> bytes | None:
-        v = self._get(key)
+        if _phases._ON:
+            _phases.enter_storage()
+            try:
+                v = self._get(key)
+            finally:
+                _phases.leave()
+        else:
+            v = self._get(key)
         s = self._stats
         s.reads += 1
         s.read_calls += 1
@@ -186,7 +197,16 @@ class SegmentStore(abc.ABC):
     def get_many(self, keys: Sequence[int]) -> list[bytes | None]:
         """Batch read; engines whose binding releases the GIL do it here."""
         keys = [int(k) for k in keys]
-        vals = self._get_many(keys) if keys else []
+        if not keys:
+            vals = []
+        elif _phases._ON:
+            _phases.enter_storage()
+            try:
+                vals = self._get_many(keys)
+            finally:
+                _phases.leave()
+        else:
+            vals = self._get_many(keys)
         s = self._stats
         s.reads += len(keys)
         s.read_calls += 1
@@ -206,7 +226,14 @@ class SegmentStore(abc.ABC):
     def write_items(self, puts: Sequence[tuple[int, bytes]], deletes: Sequence[int] = ()) -> None:
         puts = [(_check_key(k), bytes(v)) for k, v in puts]
         deletes = [_check_key(k) for k in deletes]
-        self._write(puts, deletes)
+        if _phases._ON:
+            _phases.enter_storage()
+            try:
+                self._write(puts, deletes)
+            finally:
+                _phases.leave()
+        else:
+            self._write(puts, deletes)
         s = self._stats
         s.writes += len(puts)
         s.deletes += len(deletes)
@@ -226,10 +253,18 @@ class SegmentStore(abc.ABC):
     def scan(self, start: int = 0, end: int | None = None) -> Iterator[tuple[int, bytes]]:
         """Items with ``start <= key < end`` in increasing key order."""
         self._stats.scans += 1
-        return self._scan(_check_key(start), None if end is None else _check_key(end))
+        it = self._scan(_check_key(start), None if end is None else _check_key(end))
+        return _timed_items(it) if _phases._ON else it
 
     def sync(self) -> None:
-        self._sync()
+        if _phases._ON:
+            _phases.enter_storage()
+            try:
+                self._sync()
+            finally:
+                _phases.leave()
+        else:
+            self._sync()
         self._stats.syncs += 1
 
     def size_on_disk(self) -> int:
@@ -302,6 +337,20 @@ class SegmentStore(abc.ABC):
     def __exit__(self, *exc):
         self.close()
         return False
+
+
+def _timed_items(it: Iterator) -> Iterator:
+    """``it`` with every fetch of an item counted as engine time."""
+    enter, leave = _phases.enter_storage, _phases.leave
+    while True:
+        enter()
+        try:
+            item = next(it)
+        except StopIteration:
+            return
+        finally:
+            leave()
+        yield item
 
 
 def _check_key(key) -> int:
