@@ -7,15 +7,30 @@ reports its hit-rate loss against exact matching and counts **false hits**: a
 returned block beyond the oracle's prefix (never inserted for this prefix), or
 whose metadata differs from what was inserted.  Only the strategy's own calls
 are timed; the shadow and the checks sit outside the timed regions.
+
+``breakdown=True`` also splits every timed match and insert into phases
+(:mod:`prefixbench.harness.phases`: storage, routing, hashing, verify, lock,
+...; the SARP paper's Fig. 7): the clocks are on for the whole replay, this
+thread's clock is reset before each timed call and read right after it, and
+each phase's nanoseconds land in per-request arrays beside ``match_ns`` and
+``insert_ns``; ``rest`` is the latency no phase claimed (never negative: the
+phases are disjoint intervals inside the timed call).  The clocks cost time
+themselves, so the run states it: a calibration loop measures one enter/leave
+pair, every request counts its switches, and ``breakdown_overhead`` is the
+estimated clock time per match as a fraction of the mean match latency.  The
+latencies of a breakdown run include that overhead; compare speed on runs
+without it.
 """
 from __future__ import annotations
 
 import gc
+import threading
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from prefixbench.harness import phases
 from prefixbench.harness.metas import make_metas
 from prefixbench.harness.progress import progress
 from prefixbench.plugins.strategy import IndexStrategy
@@ -44,6 +59,17 @@ class ReplayResult:
     gc_mode: str = ""
     threads: int = 1
     timed_wall_seconds: float = 0.0   # threaded runs: first start to last finish
+    #: breakdown runs: phase -> (ns per match, ns per insert), per request, ordered
+    #: as phases.ordered (``rest`` last); empty without a breakdown
+    phase_ns: dict = field(default_factory=dict)
+    #: breakdown runs: phase switches per request (per match, per insert)
+    phase_switches: tuple = ()
+    #: breakdown runs: what one enter/leave pair of the clock cost (calibrated), ns
+    breakdown_pair_ns: float = 0.0
+    #: breakdown runs: estimated clock time per match / mean match latency
+    breakdown_overhead: float = 0.0
+    #: the same for inserts
+    breakdown_overhead_insert: float = 0.0
 
     # ---- derived figures ----------------------------------------------
     @property
@@ -100,6 +126,20 @@ class ReplayResult:
         v = arr.mean() if q is None else np.percentile(arr, q)
         return float(v) / 1e9
 
+    @property
+    def breakdown(self) -> bool:
+        """True when the replay split its latencies into phases."""
+        return bool(self.phase_ns)
+
+    def phase_mean(self, which: str, name: str) -> float:
+        """Mean seconds per request that phase ``name`` took in ``which`` (match or
+        insert); 0 for a phase that never ran."""
+        arrs = self.phase_ns.get(name)
+        if arrs is None:
+            return 0.0
+        arr = arrs[0 if which == "match" else 1]
+        return float(arr.mean()) / 1e9 if len(arr) else 0.0
+
     def summary(self) -> dict:
         return {
             "requests": self.requests,
@@ -120,17 +160,20 @@ class ReplayResult:
 def replay(strategy: IndexStrategy, workload: Workload, *, oracle: IndexStrategy | None = None,
            limit: int | None = None, quiet: bool = True, desc: str = "replay",
            freeze_gc: bool = True, check: bool = True, threads: int = 1,
-           threaded: bool = False, status_every: float = 0.0) -> ReplayResult:
+           threaded: bool = False, status_every: float = 0.0,
+           breakdown: bool = False) -> ReplayResult:
     """Replay ``workload`` through ``strategy`` (and the shadow ``oracle``).
 
     ``threads > 1`` (or ``threaded``) runs request threads; see :func:`replay_threaded`.
     ``status_every`` seconds (0 = never) adds match p99 and the false hits so far
     to the progress bar, computed from the buffered latencies outside the
     timed calls (a status line in the spirit of YCSB's ``-s``).
+    ``breakdown`` splits each latency into phases (see the module docstring).
     """
     if threads > 1 or threaded:
         return replay_threaded(strategy, workload, threads=threads, limit=limit, quiet=quiet,
-                               desc=desc, freeze_gc=freeze_gc, check=check)
+                               desc=desc, freeze_gc=freeze_gc, check=check,
+                               breakdown=breakdown)
     if oracle is None and check:
         from prefixbench.plugins.radix import RadixStrategy
         oracle = RadixStrategy(meta_size=strategy.meta_size)
@@ -142,6 +185,8 @@ def replay(strategy: IndexStrategy, workload: Workload, *, oracle: IndexStrategy
     block_size = workload.block_size
     meta_size = strategy.meta_size
     clock = time.perf_counter_ns
+    bd = _Breakdown(total) if breakdown else None
+    reset, p_totals, p_switches = phases.reset, phases.totals, phases.switches
 
     res.gc_mode = _quiet_gc(freeze_gc)
     t_wall = time.perf_counter()
@@ -154,9 +199,13 @@ def replay(strategy: IndexStrategy, workload: Workload, *, oracle: IndexStrategy
                 break
             q = req.match_ids
             reads0 = store._stats.reads if store is not None else 0
+            if bd:
+                reset()
             t0 = clock()
             m = strategy.match(q)
             t1 = clock()
+            if bd:
+                bd.record(0, i, p_totals(), p_switches())
             if store is not None:
                 res.store_reads_in_match += store._stats.reads - reads0
             n = m.n_blocks
@@ -176,9 +225,13 @@ def replay(strategy: IndexStrategy, workload: Workload, *, oracle: IndexStrategy
                     res.false_hits += int((m.metas[:k] != om.metas[:k]).any(axis=1).sum())
             ids = req.insert_ids
             metas = make_metas(ids, i, meta_size)
+            if bd:
+                reset()
             t2 = clock()
             strategy.insert(ids, metas)
             t3 = clock()
+            if bd:
+                bd.record(1, i, p_totals(), p_switches())
             if check:
                 oracle.insert(ids, metas)
             match_ns[i] = t1 - t0
@@ -192,14 +245,74 @@ def replay(strategy: IndexStrategy, workload: Workload, *, oracle: IndexStrategy
     finally:
         bar.close()
         _restore_gc(freeze_gc)
+        if bd:
+            bd.stop()
     res.wall_seconds = time.perf_counter() - t_wall
     res.requests = i
     res.match_ns = match_ns[:i]
     res.insert_ns = insert_ns[:i]
+    if bd:
+        bd.finish(res, i)
     if not check:
         res.oracle_hit_tokens = res.hit_tokens
     _collect_end_state(res, strategy)
     return res
+
+
+class _Breakdown:
+    """Per-request phase nanoseconds of one replay (arrays made as phases appear).
+
+    Creating it calibrates the clock and turns it on; :meth:`stop` restores the
+    switch as it was."""
+
+    def __init__(self, total: int):
+        self.total = total
+        self.ns: dict = {}
+        self.switches = (np.zeros(total, dtype=np.int64), np.zeros(total, dtype=np.int64))
+        self._lock = threading.Lock()
+        self.pair_ns = phases.calibrate()
+        self._was = phases.enabled()
+        phases.enable(True)
+
+    def stop(self) -> None:
+        phases.enable(self._was)
+        phases.reset()
+
+    def record(self, side: int, i: int, totals: dict, switches: int) -> None:
+        """Store request ``i``'s phases of its match (side 0) or insert (side 1)."""
+        ns = self.ns
+        for name, t in totals.items():
+            arrs = ns.get(name)
+            if arrs is None:
+                with self._lock:       # request threads may meet a phase at once
+                    arrs = ns.get(name)
+                    if arrs is None:
+                        arrs = (np.zeros(self.total, dtype=np.int64),
+                                np.zeros(self.total, dtype=np.int64))
+                        ns[name] = arrs
+            arrs[side][i] = t
+        self.switches[side][i] = switches
+
+    def finish(self, res: ReplayResult, n: int) -> None:
+        """Put the first ``n`` requests' arrays, ``rest`` and the overhead in ``res``."""
+        lat = (res.match_ns, res.insert_ns)
+        claimed = [np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)]
+        out = {}
+        for name, (m, ins) in self.ns.items():
+            if name == phases.REST:
+                continue
+            out[name] = (m[:n], ins[:n])
+            claimed[0] += m[:n]
+            claimed[1] += ins[:n]
+        out[phases.REST] = (lat[0] - claimed[0], lat[1] - claimed[1])
+        res.phase_ns = {name: out[name] for name in phases.ordered(out)}
+        sw = (self.switches[0][:n], self.switches[1][:n])
+        res.phase_switches = sw
+        res.breakdown_pair_ns = self.pair_ns
+        for side, attr in ((0, "breakdown_overhead"), (1, "breakdown_overhead_insert")):
+            mean = float(lat[side].mean()) if n else 0.0
+            cost = float(sw[side].mean()) * self.pair_ns if n else 0.0
+            setattr(res, attr, cost / mean if mean else 0.0)
 
 
 def _quiet_gc(freeze: bool) -> str:
@@ -220,7 +333,8 @@ def _restore_gc(freeze: bool) -> None:
 
 def replay_threaded(strategy: IndexStrategy, workload: Workload, *, threads: int,
                     limit: int | None = None, quiet: bool = True, desc: str = "replay",
-                    freeze_gc: bool = True, check: bool = True) -> ReplayResult:
+                    freeze_gc: bool = True, check: bool = True,
+                    breakdown: bool = False) -> ReplayResult:
     """N request threads against one shared index.
 
     Sessions are partitioned across threads (session ``s`` goes to thread
@@ -231,9 +345,9 @@ def replay_threaded(strategy: IndexStrategy, workload: Workload, *, threads: int
     every request in workload order: a returned block must be one the oracle
     holds for that query, with the same metadata (no false hits), and the
     hit rate is compared with the oracle's sequential replay.
+    ``breakdown`` splits each latency into phases per thread (each request
+    thread has its own clock; lock waits show as ``lock``).
     """
-    import threading
-
     from prefixbench.plugins.radix import RadixStrategy
 
     reqs = []
@@ -255,22 +369,34 @@ def replay_threaded(strategy: IndexStrategy, workload: Workload, *, threads: int
     ends = np.zeros(threads, dtype=np.int64)
     barrier = threading.Barrier(threads)
     errors: list = []
+    bd = _Breakdown(total) if breakdown else None
     bar = progress(total, desc, quiet)
 
     def worker(t: int) -> None:
+        reset, p_totals, p_switches = phases.reset, phases.totals, phases.switches
         try:
             barrier.wait()
             starts[t] = clock()
             done = 0
             for i in parts[t]:
                 r = reqs[i]
+                if bd:
+                    reset()
                 t0 = clock()
                 m = strategy.match(r.match_ids)
                 t1 = clock()
+                if bd:               # the insert is timed from after the clock's reset
+                    bd.record(0, i, p_totals(), p_switches())
+                    reset()
+                    t2 = clock()
+                else:
+                    t2 = t1
                 strategy.insert(r.insert_ids, insert_metas[i])
-                t2 = clock()
+                t3 = clock()
+                if bd:
+                    bd.record(1, i, p_totals(), p_switches())
                 match_ns[i] = t1 - t0
-                insert_ns[i] = t2 - t1
+                insert_ns[i] = t3 - t2
                 got[i] = m
                 done += 1
                 if done % 64 == 0:
@@ -294,12 +420,16 @@ def replay_threaded(strategy: IndexStrategy, workload: Workload, *, threads: int
     finally:
         bar.close()
         _restore_gc(freeze_gc)
+        if bd:
+            bd.stop()
     if errors:
         raise errors[0]
     res.wall_seconds = time.perf_counter() - t_wall
     res.timed_wall_seconds = float(ends.max() - starts.min()) / 1e9
     res.requests = total
     res.match_ns, res.insert_ns = match_ns, insert_ns
+    if bd:
+        bd.finish(res, total)
     if store is not None:
         res.store_reads_in_match = store._stats.reads - reads0   # match and insert reads
     block_size = workload.block_size
