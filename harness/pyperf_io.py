@@ -5,6 +5,16 @@ and file names), so ``python -m pyperf compare_to a.json b.json --table``
 lines up two strategies or two engines on the same workload.  Times are in
 seconds and land in ``OUT.json``; counts and sizes (integer/byte units) land
 in ``OUT.counts.json`` because compare_to's geometric mean must not mix units.
+
+A replay that ran with ``breakdown`` adds one time benchmark per side and phase,
+``match-time-<phase>`` and ``insert-time-<phase>`` (``match-time-storage``,
+``insert-time-lock``, ..., ``match-time-rest``): mean seconds per request, like
+the latency means, so compare_to lines up where two strategies spend their
+time.  A phase that never ran in a run has no benchmark (pyperf refuses 0).
+The counts suite gets ``match-phase-switches`` and ``insert-phase-switches``
+(clock switches per request).  Its metadata carries ``breakdown_overhead`` (estimated clock time per match
+over the mean match latency), ``breakdown_overhead_insert`` and
+``breakdown_pair_ns``.
 """
 from __future__ import annotations
 
@@ -129,6 +139,22 @@ def renamed(bench: pyperf.Benchmark, name: str) -> pyperf.Benchmark:
                                         collect_metadata=False) for run in bench.get_runs()])
 
 
+def breakdown_figures(res: ReplayResult) -> list[tuple[str, float]]:
+    """``(name, mean seconds per request)`` per side and phase of a breakdown run,
+    in the phases' table order (``rest`` last); empty without a breakdown."""
+    return [(f"{which}-time-{name.replace('_', '-')}", res.phase_mean(which, name))
+            for which in ("match", "insert") for name in res.phase_ns]
+
+
+def breakdown_metadata(res: ReplayResult) -> dict:
+    """The clock's overhead figures of a breakdown run (empty without one)."""
+    if not res.breakdown:
+        return {}
+    return {"breakdown_overhead": round(res.breakdown_overhead, 6),
+            "breakdown_overhead_insert": round(res.breakdown_overhead_insert, 6),
+            "breakdown_pair_ns": round(res.breakdown_pair_ns, 1)}
+
+
 def replay_suites(res: ReplayResult, metadata: dict) -> tuple[list, list]:
     """(time benchmarks, count/size benchmarks) for one replay."""
     md = dict(metadata)
@@ -140,9 +166,14 @@ def replay_suites(res: ReplayResult, metadata: dict) -> tuple[list, list]:
         "throughput_rps": round(res.throughput, 3),
         "gc": res.gc_mode,
     })
+    md.update(breakdown_metadata(res))
     times = [_one_shot(n, "second", f(res), md) for n, f in TIME_FIGURES]
+    times += [_one_shot(n, "second", v, md) for n, v in breakdown_figures(res)]
     counts = [_one_shot(n, u, f(res), md) for n, u, f in COUNT_FIGURES]
     counts += [_one_shot(n, u, v, md) for n, u, v in strategy_figures(res.strategy_stats)]
+    if res.breakdown:          # the clock's switches per request, what its overhead counts
+        counts += [_one_shot(f"{which}-phase-switches", "integer", float(sw.mean()), md)
+                   for which, sw in zip(("match", "insert"), res.phase_switches) if len(sw)]
     return [b for b in times if b], [b for b in counts if b]
 
 
