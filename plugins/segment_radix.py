@@ -39,7 +39,10 @@ under key space 2 (``(2 << 56) | node id``) and read back on demand, one
 logical store read per spilled node the walk visits.  Evictions happen at the
 end of each operation, dirty nodes written in one batch, so a node in use is
 never evicted under the walk.  Spilling moves data, never drops it: the capped
-tree answers exactly like the uncapped one.
+tree answers exactly like the uncapped one.  ``cap_fraction=f`` (0 < f <= 1)
+sets the budget as a share of the tree instead, applied as it grows:
+``max(1, ceil(f * nodes so far))``; it overrides ``cap_nodes``, and 0 (the
+default) leaves ``cap_nodes`` in charge.
 
 ``memory_bytes`` is the size of this design's compact node layout (per
 resident node a 40-byte record - first, last, segment id, start, length,
@@ -56,6 +59,7 @@ extension cannot invalidate a planned read).
 """
 from __future__ import annotations
 
+import math
 import struct
 import threading
 import zlib
@@ -63,6 +67,7 @@ from collections import OrderedDict
 
 import numpy as np
 
+from prefixbench.harness import phases
 from prefixbench.harness.errors import ConfigError
 from prefixbench.plugins.hookspecs import hookimpl
 from prefixbench.plugins.segments import SegmentLayer, common_prefix
@@ -91,12 +96,19 @@ SLOT_BYTES = 32
 _NODE_HEAD = struct.Struct("<BQQQQII")
 _NODE_VERSION = 1
 _CRC = struct.Struct("<I")
+# key (2 << 56) | 0 (the root is never spilled): the highest node id handed out
+# when the batch was written, then its crc32
+_HIGH = struct.Struct("<Q")
 
 
 class _Node:
-    """One edge of the tree; ``kids`` maps a child's first block ID to its node id."""
+    """One edge of the tree; ``kids`` maps a child's first block ID to its node id.
 
-    __slots__ = ("first", "last", "seg", "start", "length", "kids", "dirty")
+    ``dirty``: differs from its spill record (or has none); ``durable``: a spill
+    record of it exists, so a record may name it.  Not durable implies dirty
+    and resident."""
+
+    __slots__ = ("first", "last", "seg", "start", "length", "kids", "dirty", "durable")
 
     def __init__(self, first: int, last: int, seg: int, start: int, length: int, kids=None):
         self.first = first
@@ -106,6 +118,7 @@ class _Node:
         self.length = length
         self.kids = kids
         self.dirty = True
+        self.durable = False
 
 
 def _encode_node(node: _Node) -> bytes:
@@ -132,25 +145,52 @@ def _decode_node(raw: bytes) -> _Node | None:
     kids = dict(zip(pairs[0::2], pairs[1::2])) if nk else None
     node = _Node(first, last, seg, start, length, kids)
     node.dirty = False
+    node.durable = True
     return node
+
+
+def _encode_high_water(last_id: int) -> bytes:
+    body = _HIGH.pack(last_id)
+    return body + _CRC.pack(zlib.crc32(body))
+
+
+def _decode_high_water(raw: bytes) -> int | None:
+    if len(raw) != _HIGH.size + _CRC.size:
+        return None
+    if zlib.crc32(raw[:_HIGH.size]) != _CRC.unpack_from(raw, _HIGH.size)[0]:
+        return None
+    return _HIGH.unpack_from(raw)[0]
 
 
 class _NodeTable:
     """Node id -> node; with a budget, least recently used nodes spill to the store."""
 
-    def __init__(self, store, cap: int):
+    def __init__(self, store, cap: int, fraction: float = 0.0):
         self.store = store
         self.cap = cap                      # 0: everything stays in memory
+        self.fraction = fraction            # > 0: the budget is this share of count
         self.root = _Node(0, 0, 0, 0, 0)
         self.resident: OrderedDict[int, _Node] = OrderedDict()
         self.count = 0                      # nodes below the root
+        self.last_id = 0                    # highest id handed out (>= count after a crash)
         self.spill_reads = 0
         self.spill_writes = 0
         self.corrupt = 0
 
+    @property
+    def capped(self) -> bool:
+        return bool(self.cap or self.fraction)
+
+    def budget(self) -> int:
+        """Resident nodes allowed now (0: no cap)."""
+        if self.fraction:
+            return max(1, math.ceil(self.fraction * self.count))
+        return self.cap
+
     def add(self, node: _Node) -> int:
         self.count += 1
-        nid = self.count
+        self.last_id += 1
+        nid = self.last_id
         if nid >= _ID_LIMIT:
             raise OverflowError("segment-radix: more than 2**56 tree nodes")
         self.resident[nid] = node
@@ -159,11 +199,15 @@ class _NodeTable:
     def get(self, nid: int) -> _Node | None:
         node = self.resident.get(nid)
         if node is not None:
-            if self.cap:
+            if self.capped:
                 self.resident.move_to_end(nid)
             return node
         self.spill_reads += 1
-        raw = self.store.get(_SPILL_BASE | nid)
+        if phases._ON:
+            with phases.phase(phases.SPILL):
+                raw = self.store.get(_SPILL_BASE | nid)
+        else:
+            raw = self.store.get(_SPILL_BASE | nid)
         node = None if raw is None else _decode_node(raw)
         if node is None:
             self.corrupt += 1
@@ -171,22 +215,63 @@ class _NodeTable:
         self.resident[nid] = node
         return node
 
+    def _emit(self, nid: int, node: _Node, puts: list) -> None:
+        """Append ``node``'s record to ``puts`` after those of every resident child
+        that has none yet: a record never names a node without one."""
+        stack = [(nid, node, False)]
+        while stack:
+            i, n, ready = stack.pop()
+            if not n.dirty:
+                continue
+            if not ready:
+                stack.append((i, n, True))
+                for cid in (n.kids or {}).values():
+                    c = self.resident.get(cid)
+                    if c is not None and not c.durable:
+                        stack.append((cid, c, False))
+                continue
+            puts.append((_SPILL_BASE | i, _encode_node(n)))
+            n.dirty = False
+            n.durable = True
+
     def trim(self) -> None:
-        """Spill least recently used nodes until the budget holds (one write batch)."""
-        if not self.cap or len(self.resident) <= self.cap:
+        """Spill least recently used nodes until the budget holds (one write batch,
+        which also records the highest node id so far)."""
+        cap = self.budget()
+        if not cap or len(self.resident) <= cap:
             return
-        puts = []
-        while len(self.resident) > self.cap:
+        puts: list = []
+        while len(self.resident) > cap:
             nid, node = self.resident.popitem(last=False)
             if node.dirty:
-                puts.append((_SPILL_BASE | nid, _encode_node(node)))
+                self._emit(nid, node, puts)
         if puts:
-            self.store.write_items(puts)
-            self.spill_writes += len(puts)
+            puts.append((_SPILL_BASE, _encode_high_water(self.last_id)))
+            if phases._ON:
+                with phases.phase(phases.SPILL):
+                    self.store.write_items(puts)
+            else:
+                self.store.write_items(puts)
+            self.spill_writes += len(puts) - 1
+
+    def stored_high_water(self) -> int:
+        """The highest node id any earlier run handed out and may have named in a
+        spill record: the batch-written high-water record, or (if that is
+        unreadable) the highest spilled node's key."""
+        raw = self.store.get(_SPILL_BASE)
+        if raw is None:
+            return 0                        # no spill batch was ever written
+        hw = _decode_high_water(raw)
+        if hw is not None:
+            return hw
+        hw = 0
+        for key, _v in self.store.scan(_SPILL_BASE + 1, _SPILL_BASE + _ID_LIMIT):
+            hw = max(hw, key - _SPILL_BASE)
+        return hw
 
     @property
     def spilled(self) -> int:
-        return self.count - len(self.resident)
+        return max(0, self.count - len(self.resident))
 
 
 class SegmentRadixStrategy(IndexStrategy):
@@ -208,7 +293,11 @@ class SegmentRadixStrategy(IndexStrategy):
             raise ConfigError(f"option meta_size: {meta_size!r} must be an integer >= 1")
         self.S = self.opts["S"]
         self.layer = SegmentLayer(store, segment_blocks=self.S, meta_size=meta_size)
-        self._nodes = _NodeTable(store, self.opts["cap_nodes"])
+        fraction = float(self.opts.get("cap_fraction", 0.0))
+        if not math.isfinite(fraction):
+            raise ConfigError(f"option cap_fraction: {fraction!r} must be a number in (0, 1]")
+        self._nodes = _NodeTable(store, self.opts["cap_nodes"], fraction)
+        self._deserialized = 0
         self._lock = threading.Lock()
         self._entries = 0
         self._segments = 0
@@ -381,41 +470,55 @@ class SegmentRadixStrategy(IndexStrategy):
         return child
 
     # ------------------------------------------------------------------ durability
-    # The snapshot is the whole tree: one row per node (id, first, last,
-    # segment, start, length) and one per child link (parent id, first id,
-    # child id).  The capped variant reads its spilled nodes back for it, and
-    # its recovery writes every node beyond the budget to the spill space again
-    # (all as dirty), so spill records written after the snapshot - which may
-    # describe a tree the crash cut short - are all overwritten before any is
-    # read.  A segment does not record which segment precedes it, so the tree
-    # cannot be rebuilt from the store: acknowledged inserts after the snapshot
-    # come back from the insert log (enable_log).
+    # The snapshot holds the RESIDENT nodes only - one row per node (id, first,
+    # last, segment, start, length) in LRU order and one per child link of the
+    # root and of each resident node (parent id, first id, child id) - plus the
+    # counters; a spilled node stays in the spill space and is read on demand
+    # after recovery as in normal operation, so recovery work is proportional
+    # to the in-memory part (the whole tree when uncapped).
+    #
+    # Why a spill space that keeps changing after the snapshot never makes the
+    # recovered tree wrong:
+    #
+    # * every node the snapshot does not hold has a spill record (evicting a
+    #   dirty node writes it), and the snapshot syncs the engine before it is
+    #   published;
+    # * a spill record is only ever overwritten by a later state of the same
+    #   node, and a later state covers everything the earlier one reached: a
+    #   node keeps its first block and start depth forever, a split moves the
+    #   lower part of its edge and its children into a new node it names, a
+    #   leaf only grows, children are only added;
+    # * a record never names a node without a record: the batch that writes a
+    #   node first writes each resident child that has none (batches are
+    #   atomic), so a crash cannot leave a dangling child id;
+    # * node ids are never reused: each batch also writes the highest id handed
+    #   out (key ``(2 << 56) | 0``), and recovery allocates beyond it.
+    #
+    # So whatever mix of snapshot-time and later node states recovery finds,
+    # every sequence the snapshot covered is reachable, and every reachable
+    # block was inserted (and is verified against the segments anyway); the
+    # inserts acknowledged after the snapshot's log position are replayed from
+    # the insert log (enable_log: a segment does not record which segment
+    # precedes it, so the tree cannot be rebuilt from the store), and replayed
+    # inserts that find their blocks already reachable change nothing.  The
+    # same holds for the previous generation (a corrupt newest snapshot).
+    # After a crash the counters (entries, nodes) may undercount blocks that
+    # later spill records already held.
     uses_insert_log = True
     layout_options = ("S",)
-
-    def _all_nodes(self):
-        nodes = self._nodes
-        res = dict(nodes.resident)
-        if nodes.cap:
-            missing = [i for i in range(1, nodes.count + 1) if i not in res]
-            for lo in range(0, len(missing), 1024):
-                ids = missing[lo:lo + 1024]
-                for nid, raw in zip(ids, self.store.get_many([_SPILL_BASE | i for i in ids])):
-                    node = None if raw is None else _decode_node(raw)
-                    if node is not None:
-                        res[nid] = node
-        return sorted(res.items())
 
     def _snapshot_state(self):
         nodes = self._nodes
         with self._lock:
-            res = self._all_nodes()
+            res = list(nodes.resident.items())          # LRU order, least recent first
             rows = np.array([(nid, n.first, n.last, n.seg, n.start, n.length) for nid, n in res],
                             dtype=np.uint64).reshape(-1, 6)
             edges = np.array([(pid, f, c) for pid, n in [(0, nodes.root)] + res if n.kids
                               for f, c in n.kids.items()], dtype=np.uint64).reshape(-1, 3)
-            meta = {"count": nodes.count, "entries": self._entries, "segments": self._segments,
-                    "segment_blocks": self._segment_blocks}
+            meta = {"count": nodes.count, "last_id": nodes.last_id, "entries": self._entries,
+                    "segments": self._segments, "segment_blocks": self._segment_blocks}
+            if nodes.capped and self.store is not None:
+                self.store.sync()                       # the records the snapshot relies on
         return meta, {"nodes": rows, "edges": edges}
 
     def _restore_state(self, meta, sections):
@@ -434,10 +537,15 @@ class SegmentRadixStrategy(IndexStrategy):
                 p.kids = {}
             p.kids[first] = cid
         nodes.count = int(meta["count"])
+        nodes.last_id = max(int(meta.get("last_id", nodes.count)), nodes.stored_high_water())
         self._entries = int(meta["entries"])
         self._segments = int(meta["segments"])
         self._segment_blocks = int(meta["segment_blocks"])
+        self._deserialized = len(rows)
         nodes.trim()
+
+    def _catch_up(self, meta: dict) -> dict:
+        return {"nodes_deserialized": self._deserialized}
 
     # ------------------------------------------------------------------ stats
     def stats(self) -> dict:
@@ -452,6 +560,8 @@ class SegmentRadixStrategy(IndexStrategy):
             "memory_bytes": (resident + 1) * NODE_BYTES + slots * SLOT_BYTES,
             "nodes": nodes.count,
             "memory_nodes": resident,
+            "cap_fraction": nodes.fraction,
+            "cap_nodes_effective": nodes.budget(),
             "spilled_nodes": nodes.spilled,
             "spill_reads": nodes.spill_reads,
             "spill_writes": nodes.spill_writes,
@@ -474,6 +584,9 @@ class CappedSegmentRadixStrategy(SegmentRadixStrategy):
         "S": SegmentRadixStrategy.options["S"],
         "cap_nodes": Option(1024, "tree nodes kept in memory (about 72 KiB); the rest spill "
                             "to the engine", min=1, max=1 << 40),
+        "cap_fraction": Option(0.0, "in-memory budget as a fraction of the tree's nodes, "
+                               "max(1, ceil(f * nodes)) as it grows; overrides cap_nodes "
+                               "(0: cap_nodes applies)", min=0.0, max=1.0),
     }
 
 
