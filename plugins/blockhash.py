@@ -19,6 +19,14 @@ exact longest indexed prefix (barring 64-bit collisions), so both are
   (one ``get_many``) and writes only the missing ones in one batch.  Inserts
   hold a Python lock so two threads inserting the same new block cannot both
   write it (first writer wins); matches take no lock.
+
+Where the time goes (:mod:`prefixbench.harness.phases`, one switch per call,
+never per block): ``dram-blockhash`` counts its whole table call as routing
+(the compiled table's readers-writer lock waits inside it, so they show as
+routing too); ``ssd-blockhash`` counts its probe loop and the insert's choice
+of blocks as routing, with the engine calls inside them timed as storage by
+the engine, joining the values and checking their sizes as verify, building
+the write batch as encode, and waits for its insert lock as lock.
 """
 from __future__ import annotations
 
@@ -27,6 +35,8 @@ import threading
 import numpy as np
 
 from prefixbench.harness import accel
+from prefixbench.harness import phases as _phases
+from prefixbench.harness.phases import ENCODE, ROUTING, VERIFY
 from prefixbench.harness.errors import ConfigError, StoreError
 from prefixbench.plugins.hookspecs import hookimpl
 from prefixbench.plugins.strategy import (
@@ -179,10 +189,23 @@ class DramBlockHashStrategy(IndexStrategy):
         self._insert = self._table.insert
 
     def match(self, block_ids: np.ndarray) -> Match:
-        return self._match(block_ids)
+        if not _phases._ON:
+            return self._match(block_ids)
+        _phases.enter(ROUTING)
+        try:
+            return self._match(block_ids)
+        finally:
+            _phases.leave()
 
     def insert(self, block_ids: np.ndarray, metas: np.ndarray) -> None:
-        self._insert(block_ids, metas)
+        if not _phases._ON:
+            self._insert(block_ids, metas)
+            return
+        _phases.enter(ROUTING)
+        try:
+            self._insert(block_ids, metas)
+        finally:
+            _phases.leave()
 
     # durability: snapshot = every entry (two bulk arrays); recovery loads them and
     # rebuilds the table with one compiled bulk insert; acknowledged inserts after
@@ -241,7 +264,7 @@ class SsdBlockHashStrategy(IndexStrategy):
         super().__init__(store, options, meta_size)
         _check_meta_size(meta_size)
         self._batch = self.opts["probe"] == "batch"
-        self._insert_lock = threading.Lock()
+        self._insert_lock = _phases.TimedLock()
         self._count_lock = threading.Lock()
         self._entries = 0          # blocks written by this instance
         self._matches = 0
@@ -272,14 +295,32 @@ class SsdBlockHashStrategy(IndexStrategy):
         return vals, reads
 
     def match(self, block_ids: np.ndarray) -> Match:
-        keys = as_block_ids(block_ids).tolist()
-        vals, reads = self._values(keys)
+        on = _phases._ON
+        if on:
+            _phases.enter(ROUTING)
+        try:
+            keys = as_block_ids(block_ids).tolist()
+            vals, reads = self._values(keys)
+        finally:
+            if on:
+                _phases.leave()
         with self._count_lock:
             self._matches += 1
             self._match_reads += reads
         n, ms = len(vals), self.meta_size
         if n == 0:
             return Match.empty(ms)
+        if on:
+            _phases.enter(VERIFY)
+        try:
+            return self._decode(keys, vals)
+        finally:
+            if on:
+                _phases.leave()
+
+    def _decode(self, keys: list, vals: list) -> Match:
+        """The metadata of ``vals`` as one array, every value's size checked."""
+        n, ms = len(vals), self.meta_size
         buf = bytearray().join(vals)
         if len(buf) != n * ms:
             bad = next(j for j, v in enumerate(vals) if len(v) != ms)
@@ -288,6 +329,16 @@ class SsdBlockHashStrategy(IndexStrategy):
         return Match(n, np.frombuffer(buf, dtype=np.uint8).reshape(n, ms))
 
     def insert(self, block_ids: np.ndarray, metas: np.ndarray) -> None:
+        if not _phases._ON:
+            self._insert(block_ids, metas)
+            return
+        _phases.enter(ROUTING)
+        try:
+            self._insert(block_ids, metas)
+        finally:
+            _phases.leave()
+
+    def _insert(self, block_ids: np.ndarray, metas: np.ndarray) -> None:
         ids = as_block_ids(block_ids)
         n, ms = len(ids), self.meta_size
         raw = as_metas(metas, n, ms).tobytes()
@@ -332,12 +383,17 @@ class SsdBlockHashStrategy(IndexStrategy):
         """Write the blocks at ``positions`` (absent from the store), each key once with
         its first metadata, as one batch (caller holds the insert lock)."""
         ms = self.meta_size
+        on = _phases._ON
+        if on:
+            _phases.enter(ENCODE)
         puts, seen = [], set()
         for j in positions:
             k = keys[j]
             if k not in seen:
                 seen.add(k)
                 puts.append((k, raw[j * ms:(j + 1) * ms]))
+        if on:
+            _phases.leave()
         if puts:
             self.store.write_items(puts)
             self._entries += len(puts)
