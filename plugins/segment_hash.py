@@ -36,6 +36,13 @@ written over new blocks - is ``1 + log2(S)/2`` for long sequences (4 at
 ``S=64``) and is reported as ``write_amplification``.  Nothing is kept in
 memory (``memory_bytes`` 0).  Matches take no lock; inserts are serialised by
 one lock so two threads cannot both write a prefix's records.
+
+Where the time goes (:mod:`prefixbench.harness.phases`): computing the record
+keys is hashing; a window's first read is storage and every later read of the
+same window (the halved sizes) is fallback, timed by the engine; decoding and
+verifying records, and the probe loop that chooses the next size, are verify;
+an insert's record encoding is encode and its wait for the insert lock is lock.
+One switch per store call or per window, never per block.
 """
 from __future__ import annotations
 
@@ -44,6 +51,8 @@ import threading
 import numpy as np
 
 from prefixbench.harness import accel
+from prefixbench.harness import phases as _phases
+from prefixbench.harness.phases import ENCODE, FALLBACK, HASHING, VERIFY
 from prefixbench.harness.errors import ConfigError
 from prefixbench.plugins.hookspecs import hookimpl
 from prefixbench.plugins.segments import (CorruptSegmentError, Segment, common_prefix,
@@ -134,7 +143,7 @@ class SegmentHashStrategy(IndexStrategy):
                               f"the segment size down to one block)")
         self.S = S
         self._sizes = [S >> i for i in range(S.bit_length())]      # S, S/2, ..., 1
-        self._insert_lock = threading.Lock()
+        self._insert_lock = _phases.TimedLock()
         self._count_lock = threading.Lock()
         self._entries = 0
         self._records = 0
@@ -149,10 +158,26 @@ class SegmentHashStrategy(IndexStrategy):
     def _find(self, q: np.ndarray) -> tuple[int, list, int, int, int]:
         """Longest verified prefix: ``(blocks, metadata parts, reads, fallback reads,
         corrupt records seen)``."""
-        n, S = len(q), self.S
+        n = len(q)
         if n == 0:
             return 0, [], 0, 0, 0
-        keys = record_keys(q).tolist()
+        if not _phases._ON:
+            return self._probe(q, record_keys(q).tolist(), False)
+        _phases.enter(HASHING)
+        try:
+            keys = record_keys(q).tolist()
+        finally:
+            _phases.leave()
+        _phases.enter(VERIFY)
+        try:
+            return self._probe(q, keys, True)
+        finally:
+            _phases.leave()
+
+    def _probe(self, q: np.ndarray, keys: list, timed: bool) -> tuple[int, list, int, int, int]:
+        """:meth:`_find`'s window loop over the precomputed ``keys``; ``timed`` marks
+        the reads after each window's first as fallback."""
+        n, S = len(q), self.S
         get = self.store.get
         ms = self.meta_size
         parts: list = []
@@ -165,10 +190,19 @@ class SegmentHashStrategy(IndexStrategy):
             for g in self._sizes:
                 if p + g > qlen:
                     continue
+                reads += 1
+                if probes == 0:
+                    raw = get(keys[ws + p + g - 1])
+                elif timed:
+                    _phases.enter(FALLBACK)
+                    try:
+                        raw = get(keys[ws + p + g - 1])
+                    finally:
+                        _phases.leave()
+                else:
+                    raw = get(keys[ws + p + g - 1])
                 fallback += probes > 0                # every probe after the window's first
                 probes += 1
-                reads += 1
-                raw = get(keys[ws + p + g - 1])
                 if raw is None:
                     continue
                 try:
@@ -212,12 +246,19 @@ class SegmentHashStrategy(IndexStrategy):
                 self._corrupt += corrupt
             if d == n:
                 return
-            starts, lens = record_spans(d, n, self.S)
-            lo = int(starts.min())
-            if lo < d:                               # records reaching back keep first metadata
-                m = m.copy()
-                m[lo:d] = np.concatenate(parts)[lo:d]
-            items = encode_records(record_keys(q[d:]), starts, lens, q, m, ms)
+            on = _phases._ON
+            if on:
+                _phases.enter(ENCODE)
+            try:
+                starts, lens = record_spans(d, n, self.S)
+                lo = int(starts.min())
+                if lo < d:                           # records reaching back keep first metadata
+                    m = m.copy()
+                    m[lo:d] = np.concatenate(parts)[lo:d]
+                items = encode_records(record_keys(q[d:]), starts, lens, q, m, ms)
+            finally:
+                if on:
+                    _phases.leave()
             self.store.write_items(items)
             self._entries += n - d
             self._records += len(items)
