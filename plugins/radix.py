@@ -9,6 +9,10 @@ the property tests can hold the two equal on random inputs.
 Thread safety: the compiled tree carries its own readers-writer lock, so one
 :class:`RadixStrategy` may be shared by any number of request threads without
 a Python-level lock; matches proceed in parallel, inserts one at a time.
+
+Where the time goes (:mod:`prefixbench.harness.phases`): the whole tree call,
+match or insert, is routing (one switch per call; the tree's own lock waits
+happen inside it and count as routing too).
 """
 from __future__ import annotations
 
@@ -18,6 +22,8 @@ from array import array
 import numpy as np
 
 from prefixbench.harness import accel
+from prefixbench.harness import phases as _phases
+from prefixbench.harness.phases import ROUTING
 from prefixbench.harness.errors import ConfigError
 from prefixbench.plugins.hookspecs import hookimpl
 from prefixbench.plugins.strategy import (
@@ -263,10 +269,23 @@ class RadixStrategy(IndexStrategy):
         self._insert = self._tree.insert
 
     def match(self, block_ids: np.ndarray) -> Match:
-        return self._match(block_ids)
+        if not _phases._ON:
+            return self._match(block_ids)
+        _phases.enter(ROUTING)
+        try:
+            return self._match(block_ids)
+        finally:
+            _phases.leave()
 
     def insert(self, block_ids: np.ndarray, metas: np.ndarray) -> None:
-        self._insert(block_ids, metas)
+        if not _phases._ON:
+            self._insert(block_ids, metas)
+            return
+        _phases.enter(ROUTING)
+        try:
+            self._insert(block_ids, metas)
+        finally:
+            _phases.leave()
 
     # durability: the tree's arrays in bulk; acknowledged inserts after the
     # snapshot come back from the insert log (enable_log)
