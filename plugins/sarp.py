@@ -82,11 +82,12 @@ same strategy on the pure-Python references, which the tests hold equal.
 from __future__ import annotations
 
 import bisect
+import math
 import queue
 import threading
 
 import numpy as np
-from prefixbench.harness import accel
+from prefixbench.harness import accel, phases
 from prefixbench.harness.errors import ConfigError
 from prefixbench.plugins.hookspecs import hookimpl
 from prefixbench.plugins.segments import (SEGMENT_KEY_LIMIT, Segment, SegmentLayer, max_key,
@@ -456,6 +457,80 @@ class _Geometry:
         return self.probe_desc[len(self.probe_desc) - k:]
 
 
+def _half_up(x: float) -> int:
+    """Nearest whole number, halves up (``round`` would round 2.5 to 2)."""
+    return int(math.floor(x + 0.5))
+
+
+def resolve_geometry(S: int, R: int, segment_tokens: int = 0, interval_tokens: int = 0,
+                     block_tokens: int = 16, max_S: int = 1 << 16, max_R: int = 127):
+    """``(S, R, description)``: the window size in blocks and the base routing points
+    per window, from block counts or from token counts rounded to whole blocks.
+
+    ``segment_tokens``/``interval_tokens`` of 0 leave ``S``/``R`` as given (then
+    ``R`` must divide ``S``).  Otherwise S = max(1, round(segment_tokens /
+    block_tokens)) blocks, the routing interval max(1, round(interval_tokens /
+    block_tokens)) blocks (unset: S // R), R = max(1, S // interval) (so R drops
+    when S has fewer blocks than R), and S is rounded to the nearest multiple of
+    R; halves round up.
+    """
+    if not segment_tokens and not interval_tokens:
+        if S % R:
+            raise ConfigError(f"option S: {S} is not a multiple of R={R}")
+        return S, R, f"segment {S} blocks, interval {S // R} blocks, R={R}"
+    seg = max(1, _half_up(segment_tokens / block_tokens)) if segment_tokens else S
+    if interval_tokens:
+        interval = max(1, _half_up(interval_tokens / block_tokens))
+    else:
+        interval = max(1, seg // min(R, seg))
+    r = min(max(1, seg // interval), max_R)
+    s2 = max(r, r * _half_up(seg / r))
+    if s2 > max_S:
+        what = "segment_tokens" if segment_tokens else "S"
+        raise ConfigError(f"option {what}: {s2} blocks per segment exceed the maximum {max_S}")
+    bt = f"{block_tokens} token{'s' if block_tokens != 1 else ''}"
+
+    def blocks(n):
+        return f"{n} block{'s' if n != 1 else ''}"
+    part1 = (f"segment {segment_tokens} tokens -> {blocks(s2)} of {bt}" if segment_tokens
+             else f"segment {blocks(s2)} of {bt}")
+    if s2 != seg:
+        part1 += f" (rounded from {seg} so that R={r} divides it)"
+    part2 = (f"interval {interval_tokens} tokens -> {blocks(interval)}" if interval_tokens
+             else f"interval {blocks(interval)}")
+    if s2 // r != interval:
+        part2 += f" (routing step {blocks(s2 // r)})"
+    return s2, r, f"{part1}, {part2}, R={r}"
+
+
+class _Memo:
+    """What this thread's last match learnt, for the insert that follows it.
+
+    ``full``/``key``: the match verified whole windows through block ``full``
+    (``key`` = the query's block id at ``full - 1``); ``version``: the directory
+    version when the match started; ``raws``: window start -> ``{segment id: raw
+    record}`` of every record the match read (verified or speculative), valid
+    while the version is unchanged."""
+
+    __slots__ = ("full", "key", "version", "raws", "best")
+
+    def __init__(self, full, key, version, raws, best):
+        self.full, self.key, self.version, self.raws, self.best = full, key, version, raws, best
+
+
+class _Plan:
+    """An insert's decision: the records to write and what it cost to find them."""
+
+    __slots__ = ("writes", "extended", "reads", "new_blocks", "copied", "ext", "cp",
+                 "reused_seg", "reused_records")
+
+    def __init__(self):
+        self.writes: list[Segment] = []
+        self.extended: list[int] = []
+        self.reads = self.new_blocks = self.copied = self.ext = self.cp = 0
+        self.reused_seg = self.reused_records = 0
+
+
 class SarpStrategy(IndexStrategy):
     """Sparse adaptive routing over on-store segments (SARP, paper section 4)."""
 
@@ -484,14 +559,29 @@ class SarpStrategy(IndexStrategy):
         "directory": Option("compiled", "hot-path implementation: compiled, or python = the "
                             "pure-Python references of the directory, filters and "
                             "verification (for tests)", choices=("compiled", "python")),
+        "batch_windows": Option(1, "windows whose first candidates one match fetches in one "
+                                "get_many (1 = one window per round trip)", min=1, max=64),
+        "insert_reuse": Option(True, "insert starts from the records its match read "
+                               "instead of reading them again"),
+        "insert_lock": Option("publish", "what the insert lock covers: publish = only writing "
+                              "and registering (plans run unlocked, re-planned under the lock "
+                              "when another insert published meanwhile), whole = the whole insert",
+                              choices=("publish", "whole")),
+        "segment_tokens": Option(0, "segment size in tokens, rounded to whole blocks "
+                                 "(0 = use S)", min=0, max=1 << 30),
+        "interval_tokens": Option(0, "routing interval in tokens, rounded to whole blocks; "
+                                  "R = segment / interval (0 = use R)", min=0, max=1 << 30),
+        "block_tokens": Option(16, "tokens per block, for segment_tokens and interval_tokens "
+                               "(the harness passes the workload's block size)",
+                               min=1, max=1 << 20),
     }
 
     def __init__(self, store=None, options=None, meta_size: int = META_SIZE):
         super().__init__(store, options, meta_size)
         o = self.opts
-        S, R, b, N = o["S"], o["R"], o["b"], o["N"]
-        if S % R:
-            raise ConfigError(f"option S: {S} is not a multiple of R={R}")
+        b, N = o["b"], o["N"]
+        S, R, self._geometry = resolve_geometry(o["S"], o["R"], o["segment_tokens"],
+                                                o["interval_tokens"], o["block_tokens"])
         if 64 % b:
             raise ConfigError(f"option b: {b} filter bits do not divide 64")
         if N * b > 64:
@@ -500,6 +590,9 @@ class SarpStrategy(IndexStrategy):
         self.tau, self.pt = o["tau"], o["pruning_threshold"]
         self.budget = o["max_retrieval"]
         self.refinement, self.filtering, self.pruning = o["refinement"], o["filtering"], o["pruning"]
+        self.batch_windows = o["batch_windows"]
+        self.insert_reuse = o["insert_reuse"]
+        self.narrow_lock = o["insert_lock"] == "publish"
         self.layer = SegmentLayer(store, S, meta_size)
         self._compiled = o["directory"] == "compiled"
         self.dir = RoutingDirectory() if self._compiled else RoutingDirectoryPy()
@@ -507,6 +600,12 @@ class SarpStrategy(IndexStrategy):
         self._filters = _sarp.filters if self._compiled else filters_py
         self.geo = _Geometry(S, R, self.refinement)
         self._insert_lock = threading.RLock()
+        self._timed_lock = phases.TimedLock(self._insert_lock)
+        #: bumped after every publish of segments (insert, recovery registration): a plan
+        #: made at version v is still right when the version is v at publish time
+        self._version = 0
+        #: test hook: called between an unlocked plan and taking the lock to publish it
+        self._after_plan = None
         self._stat_lock = threading.Lock()
         self._pending_children: dict[tuple[int, int], set] = {}
         self._jobs: "queue.Queue" = queue.Queue()
@@ -518,49 +617,110 @@ class SarpStrategy(IndexStrategy):
             "matches", "match_reads", "match_windows", "entry_uses", "cand_before", "cand_after",
             "retrieved", "extra_batches", "inserts", "insert_reads", "segments", "segments_copied",
             "segments_extended", "logical_blocks", "copied_blocks", "jobs", "jobs_expand",
-            "jobs_refine", "backfill_reads", "backfill_postings", "insert_windows_reused"), 0)
+            "jobs_refine", "backfill_reads", "backfill_postings", "insert_windows_reused",
+            "insert_segments_reused", "insert_records_reused", "insert_replans",
+            "speculative_reads", "speculative_wasted", "match_round_trips"), 0)
         self._tl = threading.local()
         self._journal = None        # last journal sequence, found on first use
 
-    # ------------------------------------------------------------------ routing one window
-    def _route(self, qw: np.ndarray, ws: int, budget: int):
-        """Best verified segment for the query window ``qw`` (starting at ``ws``).
+    def geometry(self) -> str:
+        """One line: the window and routing interval in blocks (and the tokens they came
+        from), R, and the routing bytes per block so far."""
+        st = self.stats()
+        return f"{self._geometry}; routing {st['routing_bytes_per_block']:.2f} B/block"
 
-        Returns ``(v, seg, info)`` with ``v`` the verified shared prefix length
-        and ``info = (n_before, n_after, retrieved, batches)``, None on a miss.
-        """
-        qlen = len(qw)
+    # ------------------------------------------------------------------ routing one window
+    def _candidates(self, qw: np.ndarray, budget: int):
+        """Routing of one query window: ``(j, cands, pots, n_before, n_after)`` as
+        :meth:`RoutingDirectory.plan` (``j < 0``: no visible entry)."""
         if not self.filtering:
             budget = 0          # no ranking to choose by: every candidate is verified
         if self._compiled:
-            j, cands, pots, nb, na = self.dir.route(qw, self.geo.probe_desc, self.N, self.stride,
-                                                    self.bits, self.filtering, budget)
-        else:
-            offs = self.geo.probes(qlen)
-            keys = qw[offs]
+            with phases.phase(phases.ROUTING):
+                return self.dir.route(qw, self.geo.probe_desc, self.N, self.stride,
+                                      self.bits, self.filtering, budget)
+        qlen = len(qw)
+        offs = self.geo.probes(qlen)
+        with phases.phase(phases.HASHING):
             qf = filters_py(qw, qlen, offs, self.N, self.stride, self.bits)
-            j, cands, pots, nb, na = self.dir.plan(keys, qf, offs, qlen, self.N, self.stride,
-                                                   self.bits, self.filtering, budget)
-        if j < 0:
-            return 0, None, None
-        ncand = len(cands)
+        with phases.phase(phases.ROUTING):
+            return self.dir.plan(qw[offs], qf, offs, qlen, self.N, self.stride, self.bits,
+                                 self.filtering, budget)
+
+    def _first_batch(self, route, budget: int):
+        """The candidates a window reads first: every one without filtering, else the
+        top-potential group capped by the budget (unlimited: 2); none when even the
+        best potential is 0 blocks."""
+        j, cands, pots, _nb, na = route
+        if j < 0 or not len(cands):
+            return cands[:0]
         if not self.filtering:
-            m = ncand           # in one batch
-        else:
-            # first batch: the top-potential group, capped by the budget (unlimited: 2)
-            m = max(1, min(na, budget if budget else 2, ncand))
-        i = got = batches = 0
+            return cands
+        if pots[0] <= 0:
+            return cands[:0]
+        return cands[:max(1, min(na, budget if budget else 2, len(cands)))]
+
+    def _settle(self, qw: np.ndarray, ws: int, route, budget: int, known=None, first=None):
+        """Best verified segment for the query window ``qw`` (starting at ``ws``).
+
+        ``known``: ``{segment id: raw}`` already read for this window (verified
+        here, never read again); ``first``: the raw records of
+        :meth:`_first_batch`, already fetched.  Returns ``(v, seg, info, seen)``
+        with ``v`` the verified shared prefix length, ``info = (n_before,
+        n_after, retrieved, batches)`` (None when nothing was routed) and
+        ``seen`` every record in hand for the window (``{id: raw}``).
+        """
+        if not self.filtering:
+            budget = 0
+        j, cands, pots, nb, na = route
+        qlen, S, ms = len(qw), self.S, self.meta_size
+        seen = {}
         best_v, best_raw, best_id = 0, None, 0
+        filtered = False
+        if known:
+            kid = np.fromiter(known.keys(), np.uint64, len(known))
+            kraw = list(known.values())
+            with phases.phase(phases.VERIFY):
+                k, v, corrupt = self._verify(kraw, kid, qw, ws, S, ms)
+            bad = set(corrupt)
+            seen = {int(i): r for t, (i, r) in enumerate(zip(kid.tolist(), kraw)) if t not in bad}
+            if v > 0:
+                best_v, best_raw, best_id = v, kraw[k], int(kid[k])
+            if len(cands):
+                keep = ~np.isin(cands, kid)
+                if not keep.all():
+                    cands, pots, filtered = cands[keep], pots[keep], True
+        if j < 0:
+            return best_v, self._segment(best_raw, best_id), None, seen
+        ncand = len(cands)
+        got = batches = i = 0
+        if not filtered:
+            batch = self._first_batch(route, budget)
+        elif not ncand or best_v >= qlen or (self.filtering and pots[0] <= best_v):
+            batch = cands[:0]
+        elif not self.filtering:
+            batch = cands
+        else:
+            run = int(np.searchsorted(-pots, -pots[0], side="right"))
+            batch = cands[:max(1, min(run, budget if budget else 2, ncand))]
+        if known and not filtered and len(batch) and (best_v >= qlen or (
+                self.filtering and pots[0] <= best_v)):
+            batch = cands[:0]       # what is in hand already beats every candidate left
         layer = self.layer
-        while True:
-            batch = cands[i:i + m]
-            raws = layer.read_raw_many(batch)
+        while len(batch):
+            raws = first if first is not None else layer.read_raw_many(batch)
+            first = None
             batches += 1
             got += len(batch)
             i += len(batch)
-            k, v, corrupt = self._verify(raws, batch, qw, ws, self.S, self.meta_size)
+            with phases.phase(phases.VERIFY):
+                k, v, corrupt = self._verify(raws, batch, qw, ws, S, ms)
             if corrupt:
                 layer.count_corrupt(batch[corrupt])
+            bad = set(corrupt)
+            for t, sid in enumerate(batch.tolist()):
+                if t not in bad:
+                    seen[sid] = raws[t]
             if v > best_v:
                 best_v, best_raw, best_id = v, raws[k], int(batch[k])
             if best_v >= qlen or i >= ncand or (budget and got >= budget):
@@ -570,32 +730,76 @@ class SarpStrategy(IndexStrategy):
             # next group: candidates sharing the next potential (at most the budget left)
             run = int(np.searchsorted(-pots[i:], -pots[i], side="right"))
             m = min(run, budget - got) if budget else min(run, 2 * len(batch))
-        if best_raw is None:
-            return 0, None, (nb, na, got, batches)
-        seg = layer.verified(best_raw) if self._compiled else layer.decode(best_id, best_raw)
-        return best_v, seg, (nb, na, got, batches)
+            batch = cands[i:i + m]
+        return best_v, self._segment(best_raw, best_id), (nb, na, got, batches), seen
+
+    def _segment(self, raw, seg_id: int):
+        """The Segment of a record verification accepted (None for no record)."""
+        if raw is None:
+            return None
+        with phases.phase(phases.VERIFY):
+            if self._compiled:
+                return self.layer.verified(raw)
+            return self.layer.decode(seg_id, raw)
+
+    def _route(self, qw: np.ndarray, ws: int, budget: int, known=None):
+        """:meth:`_candidates` then :meth:`_settle` for one window."""
+        return self._settle(qw, ws, self._candidates(qw, budget), budget, known)
 
     # ------------------------------------------------------------------ match
     def match(self, block_ids: np.ndarray) -> Match:
         q = as_block_ids(block_ids)
         S, n = self.S, len(q)
+        version = self._version
         parts, pos = [], 0
         windows = uses = before = after = retrieved = extra = 0
+        spec = wasted = trips = 0
+        raws_by_window: dict[int, dict] = {}
+        budget, k = self.budget, self.batch_windows
         while pos < n:
-            qw = q[pos:pos + S]
-            windows += 1
-            v, seg, info = self._route(qw, pos, self.budget)
-            if info is not None:
-                uses += 1
-                before += info[0]
-                after += info[1]
-                retrieved += info[2]
-                extra += info[3] - 1
-            if v == 0:
-                break
-            parts.append(seg.metas[:v])
-            pos += v
-            if v < S:
+            if k > 1 and n - pos > S:
+                # route up to k windows now (their keys and filters come from q alone),
+                # fetch every window's first group in one get_many, verify in order
+                routes = []
+                for w in range(pos, min(n, pos + k * S), S):
+                    r = self._candidates(q[w:w + S], budget)
+                    routes.append(r)
+                    if r[0] < 0:
+                        break       # no entry: the match cannot pass this window
+                firsts = [self._first_batch(r, budget) for r in routes]
+                sizes = [len(f) for f in firsts]
+                allraws = self.layer.read_raw_many(np.concatenate(firsts)) if sum(sizes) else []
+                trips += 1 if sum(sizes) else 0
+                spec += sum(sizes[1:])
+                plan = []
+                lo = 0
+                for r, f, m in zip(routes, firsts, sizes):
+                    plan.append((r, allraws[lo:lo + m] if m else None))
+                    lo += m
+            else:
+                plan = [(self._candidates(q[pos:pos + S], budget), None)]
+            done = False
+            for t, (route, first) in enumerate(plan):
+                qw = q[pos:pos + S]
+                windows += 1
+                v, seg, info, seen = self._settle(qw, pos, route, budget, None, first)
+                if seen:
+                    raws_by_window[pos] = seen
+                if info is not None:
+                    uses += 1
+                    before += info[0]
+                    after += info[1]
+                    retrieved += info[2]
+                    extra += info[3] - 1
+                    trips += info[3] - (first is not None)
+                if v:
+                    parts.append(seg.metas[:v])
+                    pos += v
+                if v < S or pos >= n:
+                    wasted += sum(len(self._first_batch(r, budget)) for r, _f in plan[t + 1:])
+                    done = True
+                    break
+            if done:
                 break
         with self._stat_lock:
             c = self._c
@@ -605,12 +809,21 @@ class SarpStrategy(IndexStrategy):
             c["cand_before"] += before
             c["cand_after"] += after
             c["retrieved"] += retrieved
-            c["match_reads"] += retrieved
+            c["match_reads"] += retrieved + wasted
             c["extra_batches"] += extra
+            c["speculative_reads"] += spec
+            c["speculative_wasted"] += wasted
+            c["match_round_trips"] += trips
         full = pos - pos % S
+        old = getattr(self._tl, "memo", None)
         if full:
-            # remember the last fully verified window for this thread's insert
-            self._tl.full = (full, int(q[full - 1]))
+            key = int(q[full - 1])
+        elif old is not None:
+            full, key = old.full, old.key  # an earlier verified prefix stays stored
+        else:
+            key = 0
+        best = (pos - pos % S, int(seg.seg_id)) if parts and pos % S else None
+        self._tl.memo = _Memo(full, key, version, raws_by_window, best)
         if not parts:
             return Match.empty(self.meta_size)
         metas = np.concatenate(parts) if len(parts) > 1 else parts[0].copy()
@@ -619,70 +832,120 @@ class SarpStrategy(IndexStrategy):
     # ------------------------------------------------------------------ insert
     def insert(self, block_ids: np.ndarray, metas: np.ndarray) -> None:
         x = as_block_ids(block_ids)
-        n, S = len(x), self.S
+        n = len(x)
         xm = as_metas(metas, n, self.meta_size)
         if n == 0:
             return
         self._check_worker()
         ws = 0
-        full = getattr(self._tl, "full", None)
-        if full is not None and full[0] <= n and int(x[full[0] - 1]) == full[1]:
-            # this thread's last match verified whole windows through full[0]; chained
+        memo = getattr(self._tl, "memo", None)
+        self._tl.memo = None
+        if memo is not None and memo.full and memo.full <= n and int(x[memo.full - 1]) == memo.key:
+            # this thread's last match verified whole windows through memo.full; chained
             # ids make that this sequence's prefix, and stored blocks never go away
-            ws = full[0]
-        with self._insert_lock:
-            writes: list[Segment] = []
-            extended: list[int] = []
-            reads = 0
-            new_blocks = copied = ext = cp = 0
-            skipped = ws // S
+            ws = memo.full
+        if not self.insert_reuse:
+            memo = None
+        replanned = False
+        if self.narrow_lock:
+            version = self._version
+            plan = self._plan(x, xm, ws, memo, version)
+            if self._after_plan is not None:
+                self._after_plan()
+            if plan.writes:
+                with self._timed_lock:
+                    if self._version != version:
+                        # another insert published since: plan again, under the lock
+                        replanned = True
+                        plan = self._plan(x, xm, ws, None, None)
+                    self._publish_plan(plan)
+                    self._run_sync_jobs()
+        else:
+            with self._timed_lock:
+                plan = self._plan(x, xm, ws, memo, self._version)
+                self._publish_plan(plan)
+                self._run_sync_jobs()
+        with self._stat_lock:
+            c = self._c
+            c["inserts"] += 1
+            c["insert_reads"] += plan.reads
+            c["insert_windows_reused"] += ws // self.S
+            c["insert_segments_reused"] += plan.reused_seg
+            c["insert_records_reused"] += plan.reused_records
+            c["insert_replans"] += replanned
+            c["segments"] += len(plan.writes) - plan.ext
+            c["segments_copied"] += plan.cp
+            c["segments_extended"] += plan.ext
+            c["logical_blocks"] += plan.new_blocks
+            c["copied_blocks"] += plan.copied
+
+    def _plan(self, x, xm, ws: int, memo, version):
+        """What inserting ``x`` from block ``ws`` writes, decided from reads only.
+
+        Window by window with an unlimited budget, so the segment it extends or
+        copies from is the one sharing the longest prefix (copying from one that
+        shares less would store indexed blocks again with new metadata).  The
+        records ``memo`` holds (read by this thread's match at ``version``) are
+        verified from memory instead of being read again.  New segments get
+        their ids when published (``seg_id`` 0 until then), so ids keep the
+        publish order that recovery's ordered scan relies on.
+        """
+        S, n, layer = self.S, len(x), self.layer
+        plan = _Plan()
+        use = memo is not None and version is not None and memo.version == version
+        while ws < n:
+            xw = x[ws:ws + S]
+            known = memo.raws.get(ws) if use else None
+            v, seg, info, _seen = self._route(xw, ws, 0, known)
+            if info is not None:
+                plan.reads += info[2]
+            if known:
+                plan.reused_records += len(known)
+                if memo.best is not None and memo.best[0] == ws and seg is not None \
+                        and seg.seg_id == memo.best[1]:
+                    plan.reused_seg += 1
+            if seg is not None and v == S:
+                ws += S                       # the whole window is already stored
+                continue
+            if seg is not None:
+                res, is_new = layer.extend_or_copy(seg, xw, xm[ws:ws + S], v, assign_id=False)
+                if res is not seg:
+                    plan.writes.append(res)
+                    if is_new:
+                        plan.cp += 1
+                        plan.copied += v
+                        plan.new_blocks += res.n
+                    else:
+                        plan.ext += 1
+                        plan.extended.append(res.seg_id)
+                        plan.new_blocks += res.n - seg.n
+                ws += S
+            # every later window is new: nobody shares this prefix past here
             while ws < n:
-                xw = x[ws:ws + S]
-                v, seg, info = self._route(xw, ws, 0)
-                if info is not None:
-                    reads += info[2]
-                if seg is not None and v == S:
-                    ws += S                       # the whole window is already stored
-                    continue
-                if seg is not None:
-                    res, is_new = self.layer.extend_or_copy(seg, xw, xm[ws:ws + S], v)
-                    if res is not seg:
-                        writes.append(res)
-                        if is_new:
-                            cp += 1
-                            copied += v
-                            new_blocks += res.n
-                        else:
-                            ext += 1
-                            extended.append(res.seg_id)
-                            new_blocks += res.n - seg.n
-                    ws += S
-                # every later window is new: nobody shares this prefix past here
-                while ws < n:
-                    s = self.layer.new_segment(ws, x[ws:ws + S], xm[ws:ws + S])
-                    writes.append(s)
-                    new_blocks += s.n
-                    ws += S
-            if writes:
-                journal = ()
-                if extended:
-                    self._journal_seq += 1
-                    journal = [(_JOURNAL_BASE | self._journal_seq,
-                                np.array(extended, dtype="<u8").tobytes())]
-                self.layer.write_many(writes, journal)
-                for s in writes:
-                    self._register(s)
-            with self._stat_lock:
-                c = self._c
-                c["inserts"] += 1
-                c["insert_reads"] += reads
-                c["insert_windows_reused"] += skipped
-                c["segments"] += len(writes) - ext
-                c["segments_copied"] += cp
-                c["segments_extended"] += ext
-                c["logical_blocks"] += new_blocks
-                c["copied_blocks"] += copied
-            self._run_sync_jobs()
+                s = layer.new_segment(ws, x[ws:ws + S], xm[ws:ws + S], assign_id=False)
+                plan.writes.append(s)
+                plan.new_blocks += s.n
+                ws += S
+        return plan
+
+    def _publish_plan(self, plan) -> None:
+        """Give the plan's new segments their ids, write everything in one batch and
+        register it (caller holds the insert lock)."""
+        if not plan.writes:
+            return
+        for s in plan.writes:
+            if s.seg_id == 0:
+                s.seg_id = self.layer.new_id()
+        journal = ()
+        if plan.extended:
+            self._journal_seq += 1
+            journal = [(_JOURNAL_BASE | self._journal_seq,
+                        np.array(plan.extended, dtype="<u8").tobytes())]
+        self.layer.write_many(plan.writes, journal)
+        with phases.phase(phases.ROUTING):
+            for s in plan.writes:
+                self._register(s)
+        self._version += 1
 
     # ------------------------------------------------------------------ registration
     def _register(self, seg: Segment) -> None:
@@ -852,7 +1115,8 @@ class SarpStrategy(IndexStrategy):
         self._journal = value
 
     rebuild_from_store = True
-    layout_options = ("S", "R", "N", "b", "stride", "refinement", "pruning")
+    layout_options = ("S", "R", "N", "b", "stride", "refinement", "pruning", "segment_tokens",
+                      "interval_tokens", "block_tokens")
     _SECTIONS = ("keys", "offs", "visible", "next_state", "refine_state", "sizes", "filters",
                  "segs")
 
@@ -886,6 +1150,7 @@ class SarpStrategy(IndexStrategy):
                 seg = self.layer.decode(sid, raw)
                 if seg is not None and seg.seg_id == sid and seg.n and seg.start % self.S == 0:
                     self._register(seg)
+                    self._version += 1
                     self._run_sync_jobs()
                     n += 1
         return n
@@ -959,6 +1224,14 @@ class SarpStrategy(IndexStrategy):
             "extra_batches_per_match": c["extra_batches"] / m,
             "insert_reads_per_insert": c["insert_reads"] / (c["inserts"] or 1),
             "insert_windows_reused_from_match": c["insert_windows_reused"],
+            "insert_segments_reused_from_match": c["insert_segments_reused"],
+            "insert_records_reused_from_match": c["insert_records_reused"],
+            "insert_replans": c["insert_replans"],
+            "speculative_reads": c["speculative_reads"],
+            "speculative_reads_wasted": c["speculative_wasted"],
+            "round_trips_per_match": c["match_round_trips"] / m,
+            "geometry": self._geometry, "geometry_S": self.S, "geometry_R": self.R,
+            "geometry_interval": self.S // self.R,
             "segments": c["segments"], "segments_copied": c["segments_copied"],
             "segments_extended": c["segments_extended"],
             "logical_block_entries": blocks, "stored_block_entries": blocks,

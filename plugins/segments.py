@@ -480,8 +480,8 @@ class SegmentLayer:
             self.blocks_written += sum(s.n for s in segs)
 
     # ---- the insertion primitive -------------------------------------------
-    def extend_or_copy(self, seg: Segment, query_ids, query_metas, shared: int
-                       ) -> tuple[Segment, bool]:
+    def extend_or_copy(self, seg: Segment, query_ids, query_metas, shared: int,
+                       assign_id: bool = True) -> tuple[Segment, bool]:
         """Make ``query_ids`` (the query's blocks from ``seg.start``) a prefix of a segment.
 
         ``shared`` is ``common_prefix(seg.ids, query_ids)``.  Returns ``(segment,
@@ -494,7 +494,10 @@ class SegmentLayer:
         * otherwise a NEW segment (fresh id) with ``seg``'s first ``shared``
           blocks (their first metadata kept) and the query's suffix, True.
 
-        The caller writes the result when it differs from ``seg``.
+        The caller writes the result when it differs from ``seg``.  With
+        ``assign_id`` False a new segment gets id 0, for the caller to replace
+        with :meth:`new_id` when it publishes (a plan made without a lock keeps
+        ids in publish order that way).
         """
         q = np.asarray(query_ids, dtype=np.uint64)[:self.S]
         qm = np.asarray(query_metas, dtype=np.uint8)[:self.S]
@@ -508,15 +511,16 @@ class SegmentLayer:
             return Segment(seg.seg_id, seg.start, ids, metas), False
         ids = np.concatenate((seg.ids[:shared], q[shared:]))
         metas = np.concatenate((seg.metas[:shared], qm[shared:]))
-        return Segment(self.new_id(), seg.start, ids, metas), True
+        return Segment(self.new_id() if assign_id else 0, seg.start, ids, metas), True
 
-    def new_segment(self, start: int, ids, metas) -> Segment:
-        """A fresh segment for blocks ``ids`` at window start ``start``."""
+    def new_segment(self, start: int, ids, metas, assign_id: bool = True) -> Segment:
+        """A fresh segment for blocks ``ids`` at window start ``start`` (id 0 without
+        ``assign_id``, as in :meth:`extend_or_copy`)."""
         if start % self.S:
             raise ValueError(f"segment start {start} is not a multiple of {self.S}")
         ids = np.ascontiguousarray(ids, dtype=np.uint64)[:self.S]
         metas = np.ascontiguousarray(metas, dtype=np.uint8)[:self.S]
-        return Segment(self.new_id(), start, ids, metas)
+        return Segment(self.new_id() if assign_id else 0, start, ids, metas)
 
     def stats(self) -> dict:
         return {"segment_reads": self.logical_reads, "segment_read_calls": self.read_calls,
