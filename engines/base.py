@@ -178,14 +178,7 @@ class SegmentStore(abc.ABC):
 
     # ----- public API (counts, then delegates) ------------------------
     def get(self, key: int) -> bytes | None:
-        if _phases._ON:
-            _phases.enter_storage()
-            try:
-                v = self._get(key)
-            finally:
-                _phases.leave()
-        else:
-            v = self._get(key)
+        v = _phases.storage_call(self._get, key) if _phases._ON else self._get(key)
         s = self._stats
         s.reads += 1
         s.read_calls += 1
@@ -200,11 +193,7 @@ class SegmentStore(abc.ABC):
         if not keys:
             vals = []
         elif _phases._ON:
-            _phases.enter_storage()
-            try:
-                vals = self._get_many(keys)
-            finally:
-                _phases.leave()
+            vals = _phases.storage_call(self._get_many, keys)
         else:
             vals = self._get_many(keys)
         s = self._stats
@@ -227,11 +216,7 @@ class SegmentStore(abc.ABC):
         puts = [(_check_key(k), bytes(v)) for k, v in puts]
         deletes = [_check_key(k) for k in deletes]
         if _phases._ON:
-            _phases.enter_storage()
-            try:
-                self._write(puts, deletes)
-            finally:
-                _phases.leave()
+            _phases.storage_call(self._write, puts, deletes)
         else:
             self._write(puts, deletes)
         s = self._stats
@@ -258,11 +243,7 @@ class SegmentStore(abc.ABC):
 
     def sync(self) -> None:
         if _phases._ON:
-            _phases.enter_storage()
-            try:
-                self._sync()
-            finally:
-                _phases.leave()
+            _phases.storage_call(self._sync)
         else:
             self._sync()
         self._stats.syncs += 1
@@ -341,15 +322,12 @@ class SegmentStore(abc.ABC):
 
 def _timed_items(it: Iterator) -> Iterator:
     """``it`` with every fetch of an item counted as engine time."""
-    enter, leave = _phases.enter_storage, _phases.leave
+    call = _phases.storage_call
     while True:
-        enter()
         try:
-            item = next(it)
+            item = call(next, it)
         except StopIteration:
             return
-        finally:
-            leave()
         yield item
 
 

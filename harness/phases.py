@@ -35,7 +35,7 @@ from collections import defaultdict
 
 __all__ = ["STORAGE", "SPILL", "FALLBACK", "ROUTING", "HASHING", "VERIFY", "ENCODE", "LOCK",
            "REST", "ORDER", "STORAGE_KINDS", "enable", "enabled", "enter", "enter_storage",
-           "leave", "phase", "reset", "totals", "switches", "calibrate", "ordered", "TimedLock"]
+           "leave", "phase", "reset", "storage_call", "totals", "switches", "calibrate", "ordered", "TimedLock"]
 
 #: engine calls (reads and writes), attributed by the engine itself
 STORAGE = "storage"
@@ -123,6 +123,28 @@ def enter_storage() -> None:
     s.n += 1
 
 
+def storage_call(fn, *args):
+    """``fn(*args)`` timed as an engine call: :func:`enter_storage`, the call and
+    :func:`leave` in one function (the engines' path; cheaper than the pair).
+    The caller tests ``_ON`` first: this one always records."""
+    s = _clock.s
+    now = _now()
+    st = s.stack
+    if st:
+        top = st[-1]
+        s.totals[top] += now - s.since
+        name = top if top in STORAGE_KINDS else STORAGE
+    else:
+        name = STORAGE
+    s.n += 1
+    try:
+        return fn(*args)
+    finally:
+        end = _now()
+        s.totals[name] += end - now
+        s.since = end
+
+
 def leave() -> None:
     """End this thread's current phase and resume the one below it."""
     if not _ON:
@@ -180,7 +202,8 @@ def switches() -> int:
 def calibrate(pairs: int = 2000, rounds: int = 5) -> float:
     """Nanoseconds one enter/leave pair costs on this thread, nested in an open
     phase (the usual case: an engine call inside routing); the median of
-    ``rounds`` loops of ``pairs`` pairs, loop overhead included (so it errs high).
+    ``rounds`` loops of ``pairs`` pairs, loop overhead included (so it errs high,
+    and higher still for engine calls, which take the cheaper :func:`storage_call`).
     Leaves the clock reset and in the state it found ``enabled``."""
     global _ON
     was = _ON
