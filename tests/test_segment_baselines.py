@@ -460,3 +460,298 @@ def test_empty_and_other_meta_sizes():
         assert got.n_blocks == 7 and np.array_equal(got.metas, m5), cls.name
         with pytest.raises(ValueError, match="metas"):
             s.insert(ids, np.zeros((7, 6), np.uint8))
+
+
+# ----------------------------------------------------------------------------- capped recovery
+def _recover(cls, store, d, options):
+    return cls.recover(store, d, options, durable_log=False, quiet=True)
+
+
+def _answers_equal_oracle(strategy, oracle, queries, where=""):
+    for q in queries:
+        same_answer(where, strategy.match(q), oracle.match(q), 0)
+
+
+def _spill_keys(store):
+    return [k for k, _ in store.scan((SPILL_KEY_SPACE << 56) + 1, (SPILL_KEY_SPACE + 1) << 56)]
+
+
+def _seqs(seed, n, S=4):
+    """Token sequences that fork from earlier ones, long enough to cross windows."""
+    rng = np.random.default_rng(seed)
+    seqs = []
+    for _ in range(n):
+        tail = [int(x) for x in rng.integers(0, 4, size=int(rng.integers(1, 5 * S)))]
+        if seqs and rng.random() < 0.7:
+            p = seqs[int(rng.integers(len(seqs)))]
+            seqs.append(p[:int(rng.integers(0, len(p) + 1))] + tail)
+        else:
+            seqs.append(tail)
+    return [ids_of(t) for t in seqs]
+
+
+def test_capped_snapshot_holds_only_the_resident_nodes(tmp_path):
+    """Recovery deserialises the resident part only and reads nothing else up front:
+    spilled nodes come back on demand, answers equal the oracle."""
+    store = MemoryStore()
+    s = CappedSegmentRadixStrategy(store, {"S": 4, "cap_nodes": 5})
+    plain = SegmentRadixStrategy(MemoryStore(), {"S": 4})
+    oracle = RadixStrategy()
+    seqs = _seqs(1, 60)
+    for t, ids in enumerate(seqs):
+        for x in (s, plain, oracle):
+            x.insert(ids, metas_of(ids, t))
+    before = s.stats()
+    assert before["nodes"] > 40 and before["memory_nodes"] == 5
+    s.snapshot(tmp_path / "capped")
+    plain.snapshot(tmp_path / "plain")
+    reads0 = store.stats().reads
+    r = _recover(CappedSegmentRadixStrategy, store, tmp_path / "capped", None)
+    assert r.recovery["source"] == "snapshot"
+    assert r.recovery["nodes_deserialized"] == 5
+    assert store.stats().reads - reads0 <= 1                 # the high-water record only
+    st_ = r.stats()
+    assert st_["spill_reads"] == 0 and st_["memory_nodes"] == 5
+    assert st_["nodes"] == before["nodes"] and st_["entries"] == before["entries"]
+    pr = _recover(SegmentRadixStrategy, MemoryStore(), tmp_path / "plain", None)
+    assert pr.recovery["nodes_deserialized"] == before["nodes"]
+    assert r.recovery["snapshot_bytes"] * 4 < pr.recovery["snapshot_bytes"]
+    _answers_equal_oracle(r, oracle, seqs + [ids_of([1, 2, 3])])
+    assert r.stats()["spill_reads"] > 0
+
+
+def test_capped_recover_after_inserts_beyond_the_snapshot(tmp_path):
+    """Spill records rewritten after the snapshot (splits, new children, grown
+    leaves) and the insert log together give back exactly the oracle's tree."""
+    store = MemoryStore()
+    opts = {"S": 4, "cap_nodes": 3}
+    s = CappedSegmentRadixStrategy(store, opts)
+    s.enable_log(tmp_path)
+    oracle = RadixStrategy()
+    seqs = _seqs(2, 120)
+    for t, ids in enumerate(seqs):
+        s.insert(ids, metas_of(ids, t))
+        oracle.insert(ids, metas_of(ids, t))
+        if t == 59:
+            s.snapshot(tmp_path)
+            spill_at_snapshot = s.stats()["spill_writes"]
+    assert s.stats()["spill_writes"] > spill_at_snapshot     # the spill space moved on
+    last_id = s._nodes.last_id
+    r = _recover(CappedSegmentRadixStrategy, store, tmp_path, opts)   # "crash": s dropped
+    assert r.recovery["source"] == "snapshot" and r.recovery["log_replayed"] == 60
+    assert r._nodes.last_id >= last_id                       # no node id is handed out twice
+    _answers_equal_oracle(r, oracle, seqs)
+    more = _seqs(3, 40)
+    for t, ids in enumerate(more, 1000):
+        r.insert(ids, metas_of(ids, t))
+        oracle.insert(ids, metas_of(ids, t))
+    _answers_equal_oracle(r, oracle, seqs + more)
+    assert r.stats()["corrupt_nodes"] == 0
+
+
+@pytest.mark.parametrize("case", ["flip", "cut", "missing"])
+def test_capped_corrupt_newest_snapshot_falls_back_to_the_previous(tmp_path, capsys, case):
+    from prefixbench.harness import snapshot as snap
+    store = MemoryStore()
+    opts = {"S": 4, "cap_nodes": 4}
+    s = CappedSegmentRadixStrategy(store, opts)
+    s.enable_log(tmp_path)
+    oracle = RadixStrategy()
+    seqs = _seqs(4, 90)
+    for t, ids in enumerate(seqs):
+        s.insert(ids, metas_of(ids, t))
+        oracle.insert(ids, metas_of(ids, t))
+        if t in (29, 59):
+            s.snapshot(tmp_path)
+    p = snap.snapshot_path(tmp_path)
+    if case == "flip":
+        raw = bytearray(open(p, "rb").read())
+        raw[-2] ^= 0x10
+        open(p, "wb").write(bytes(raw))
+    elif case == "cut":
+        os_size = len(open(p, "rb").read())
+        with open(p, "r+b") as f:
+            f.truncate(os_size - 1)
+    else:
+        import os
+        os.unlink(p)
+    r = CappedSegmentRadixStrategy.recover(store, tmp_path, opts, durable_log=False)
+    assert r.recovery["source"] == "previous-snapshot"
+    assert "recovering from the previous snapshot" in capsys.readouterr().err
+    assert r.recovery["log_replayed"] == 60
+    _answers_equal_oracle(r, oracle, seqs)
+
+
+class _CrashingStore(MemoryStore):
+    """A memory engine that "loses power" before its ``crash_at``-th write batch:
+    that batch and every later one never happen (batches are atomic)."""
+
+    crash_at = 0
+
+    def _write(self, puts, deletes):
+        if self.crash_at:
+            self.crash_at -= 1
+            if not self.crash_at:
+                raise _Crash()
+        super()._write(puts, deletes)
+
+
+class _Crash(Exception):
+    pass
+
+
+@pytest.mark.parametrize("engine", ENGINE_NAMES)
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(ops=branching_sessions(max_seqs=10), S=st.sampled_from([1, 2, 4]),
+       cap=st.integers(1, 4), snap_every=st.integers(1, 6), data=st.data())
+def test_recovered_capped_tree_answers_like_the_oracle(engine, ops, S, cap, snap_every, data):
+    """Snapshots every few inserts, the spill space changing in between, then a
+    recovery: the recovered tree answers exactly like the oracle of every insert,
+    and keeps doing so for inserts after it."""
+    import shutil
+    import tempfile
+    d = tempfile.mkdtemp(prefix="pb-capped-")
+    try:
+        with Stores(engine) as stores:
+            store = stores.open()
+            opts = {"S": S, "cap_nodes": cap}
+            s = CappedSegmentRadixStrategy(store, opts)
+            s.enable_log(d, sync=False)
+            inserts = [ids_of(t) for kind, t in ops if kind == "insert"]
+            oracle = RadixStrategy()
+            for t, ids in enumerate(inserts):
+                s.insert(ids, metas_of(ids, t))
+                oracle.insert(ids, metas_of(ids, t))
+                if (t + 1) % snap_every == 0:
+                    s.snapshot(d)
+            s._log.close()
+            r = _recover(CappedSegmentRadixStrategy, store, d, opts)
+            queries = [ids_of(t) for _k, t in ops]
+            _answers_equal_oracle(r, oracle, queries, "recovered")
+            assert r.stats()["memory_nodes"] <= cap
+            extra = data.draw(branching_sessions(max_seqs=4))
+            for t, (_k, tokens) in enumerate(extra, 500):
+                ids = ids_of(tokens)
+                r.insert(ids, metas_of(ids, t))
+                oracle.insert(ids, metas_of(ids, t))
+            _answers_equal_oracle(r, oracle, queries + [ids_of(t) for _k, t in extra])
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(seed=st.integers(0, 2**32 - 1), S=st.sampled_from([2, 4]), cap=st.integers(1, 4),
+       snap_every=st.integers(1, 12), crash_at=st.integers(1, 200))
+def test_capped_power_loss_between_write_batches_loses_nothing_acknowledged(
+        seed, S, cap, snap_every, crash_at):
+    """The store loses every write batch from a random one on (mid-insert, between a
+    segment write and the spill batch, ...): after recovery every acknowledged
+    insert matches in full with its first metadata, nothing is longer than the
+    oracle that also holds the insert in flight, and metadata always agrees."""
+    import shutil
+    import tempfile
+    d = tempfile.mkdtemp(prefix="pb-capped-")
+    try:
+        store = _CrashingStore()
+        opts = {"S": S, "cap_nodes": cap}
+        s = CappedSegmentRadixStrategy(store, opts)
+        s.enable_log(d, sync=False)
+        inserts = _seqs(seed, 50, S)
+        acked, with_flight = RadixStrategy(), RadixStrategy()
+        store.crash_at = crash_at
+        done = 0
+        try:
+            for t, ids in enumerate(inserts):
+                with_flight.insert(ids, metas_of(ids, t))
+                s.insert(ids, metas_of(ids, t))
+                acked.insert(ids, metas_of(ids, t))
+                done += 1
+                if (t + 1) % snap_every == 0:
+                    s.snapshot(d)
+        except _Crash:
+            pass
+        s._log.close()
+        store.crash_at = 0
+        r = _recover(CappedSegmentRadixStrategy, store, d, opts)
+        for ids in inserts[:done]:
+            assert r.match(ids).n_blocks == len(ids)
+        for q in inserts + [ids[:len(ids) // 2] for ids in inserts]:
+            got, lo, hi = r.match(q), acked.match(q), with_flight.match(q)
+            assert lo.n_blocks <= got.n_blocks <= hi.n_blocks
+            assert np.array_equal(got.metas, hi.metas[:got.n_blocks])
+        assert r.stats()["corrupt_nodes"] == 0
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def test_capped_unreadable_high_water_record_falls_back_to_the_spill_keys(tmp_path):
+    store = MemoryStore()
+    s = CappedSegmentRadixStrategy(store, {"S": 2, "cap_nodes": 1})
+    for t, ids in enumerate(_seqs(5, 30, S=2)):
+        s.insert(ids, metas_of(ids, t))
+    s.snapshot(tmp_path)
+    highest = max(_spill_keys(store)) - (SPILL_KEY_SPACE << 56)
+    store.put(SPILL_KEY_SPACE << 56, b"torn")
+    r = _recover(CappedSegmentRadixStrategy, store, tmp_path, None)
+    assert r._nodes.last_id >= highest
+
+
+def test_capped_crashtest_with_a_binding_cap_loses_nothing(monkeypatch):
+    """The kill -9 test with a cap that spills on every operation."""
+    from prefixbench.harness import crashtest
+    from prefixbench.harness.crashtest import CrashSpec, run_crashtest
+    monkeypatch.setitem(crashtest.CRASH_OPTIONS, "segment-radix-capped",
+                        {"cap_nodes": 4, "S": 8})
+    spec = CrashSpec(strategies=["segment-radix-capped"], engines=["lmdb"], iterations=3,
+                     seed=40, snapshot_every=7, max_kill_ms=900)
+    (row,) = run_crashtest(spec)
+    assert row["lost"] == 0 and row["false"] == 0 and row["recovery_failures"] == 0, row
+    assert row["acked"] > 0
+
+
+# ----------------------------------------------------------------------------- cap_fraction
+def test_cap_fraction_budget_grows_with_the_tree():
+    s = CappedSegmentRadixStrategy(MemoryStore(), {"S": 4, "cap_fraction": 0.25,
+                                                   "cap_nodes": 1})
+    plain = SegmentRadixStrategy(MemoryStore(), {"S": 4})
+    seen = set()
+    for t, ids in enumerate(_seqs(6, 80)):
+        for x in (s, plain):
+            x.insert(ids, metas_of(ids, t))
+        st_ = s.stats()
+        assert st_["cap_fraction"] == 0.25
+        assert st_["cap_nodes_effective"] == max(1, -(-st_["nodes"] // 4))
+        assert st_["memory_nodes"] <= st_["cap_nodes_effective"]
+        seen.add(st_["cap_nodes_effective"])
+    assert len(seen) > 5 and max(seen) > 1                 # overrides cap_nodes=1, grows
+    for ids in _seqs(6, 80):
+        same_answer("fraction", s.match(ids), plain.match(ids), 0)
+    assert s.stats()["spilled_nodes"] > 0
+    default = CappedSegmentRadixStrategy(MemoryStore()).stats()
+    assert default["cap_fraction"] == 0.0 and default["cap_nodes_effective"] == 1024
+    whole = CappedSegmentRadixStrategy(MemoryStore(), {"S": 4, "cap_fraction": 1})
+    for t, ids in enumerate(_seqs(6, 30)):
+        whole.insert(ids, metas_of(ids, t))
+    assert whole.stats()["spilled_nodes"] == 0
+
+
+def test_cap_fraction_survives_recovery(tmp_path):
+    store = MemoryStore()
+    opts = {"S": 4, "cap_fraction": 0.1}
+    s = CappedSegmentRadixStrategy(store, opts)
+    for t, ids in enumerate(_seqs(7, 60)):
+        s.insert(ids, metas_of(ids, t))
+    s.snapshot(tmp_path)
+    r = _recover(CappedSegmentRadixStrategy, store, tmp_path, None)
+    assert r.opts["cap_fraction"] == 0.1
+    assert r.recovery["nodes_deserialized"] == s.stats()["memory_nodes"]
+    assert r.stats()["cap_nodes_effective"] == s.stats()["cap_nodes_effective"]
+
+
+@pytest.mark.parametrize("value", [-0.1, 1.5, "half", "nan"])
+def test_bad_cap_fraction_is_one_config_error(value):
+    with pytest.raises(ConfigError, match="option cap_fraction") as e:
+        CappedSegmentRadixStrategy(MemoryStore(), {"cap_fraction": value})
+    assert "\n" not in str(e.value)
