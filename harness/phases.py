@@ -8,11 +8,12 @@ claims is "the rest" (request latency minus every phase; :data:`REST` is
 reserved for it).
 
 Phase names are free text; the built-in strategies use the names below.
-Engine calls (:class:`prefixbench.engines.base.SegmentStore`'s get, get_many
-and write) enter :data:`STORAGE` by themselves through :func:`enter_storage`,
-which keeps the current phase instead when that is already a storage kind
-(``spill``, ``fallback``): a strategy marks *why* it reads, the engine
-measures *how long*.
+Engine calls (:class:`prefixbench.engines.base.SegmentStore`'s get, get_many,
+write, sync and scans) time themselves as :data:`STORAGE` through
+:func:`storage_call`, which keeps the current phase instead when that is
+already a storage kind (``spill``, ``fallback``): a strategy marks *why* it
+reads, the engine measures *how long*.  :func:`enter_storage` is the same
+rule as an enter for code that wraps engine work of its own.
 
 Off by default: then every call below is one global test, so strategies may
 call them on their hot paths (per window or per store call, never per block).
@@ -35,7 +36,8 @@ from collections import defaultdict
 
 __all__ = ["STORAGE", "SPILL", "FALLBACK", "ROUTING", "HASHING", "VERIFY", "ENCODE", "LOCK",
            "REST", "ORDER", "STORAGE_KINDS", "enable", "enabled", "enter", "enter_storage",
-           "leave", "phase", "reset", "storage_call", "totals", "switches", "calibrate", "ordered", "TimedLock"]
+           "leave", "phase", "reset", "storage_call", "totals", "switches", "calibrate",
+           "ordered", "TimedLock"]
 
 #: engine calls (reads and writes), attributed by the engine itself
 STORAGE = "storage"
@@ -261,6 +263,9 @@ class TimedLock:
 
     def release(self) -> None:
         self._lock.release()
+
+    def locked(self) -> bool:
+        return self._lock.locked()
 
     def __enter__(self):
         self.acquire()
