@@ -185,7 +185,6 @@ def replay(strategy: IndexStrategy, workload: Workload, *, oracle: IndexStrategy
     block_size = workload.block_size
     meta_size = strategy.meta_size
     clock = time.perf_counter_ns
-    bd = _Breakdown(total) if breakdown else None
     reset, p_totals, p_switches = phases.reset, phases.totals, phases.switches
 
     res.gc_mode = _quiet_gc(freeze_gc)
@@ -193,6 +192,7 @@ def replay(strategy: IndexStrategy, workload: Workload, *, oracle: IndexStrategy
     bar = progress(total, desc, quiet)
     next_status = t_wall + status_every
     i = 0
+    bd = _Breakdown(total) if breakdown else None      # clocks on from here to finally
     try:
         for req in workload.requests():
             if i >= total:
@@ -369,7 +369,6 @@ def replay_threaded(strategy: IndexStrategy, workload: Workload, *, threads: int
     ends = np.zeros(threads, dtype=np.int64)
     barrier = threading.Barrier(threads)
     errors: list = []
-    bd = _Breakdown(total) if breakdown else None
     bar = progress(total, desc, quiet)
 
     def worker(t: int) -> None:
@@ -410,6 +409,7 @@ def replay_threaded(strategy: IndexStrategy, workload: Workload, *, threads: int
     res = ReplayResult(threads=threads)
     res.gc_mode = _quiet_gc(freeze_gc)
     t_wall = time.perf_counter()
+    bd = _Breakdown(total) if breakdown else None      # clocks on from here to finally
     try:
         pool = [threading.Thread(target=worker, args=(t,), name=f"request-{t}")
                 for t in range(threads)]
