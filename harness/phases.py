@@ -212,6 +212,8 @@ def calibrate(pairs: int = 2000, rounds: int = 5) -> float:
     and higher still for engine calls, which take the cheaper :func:`storage_call`).
     Leaves the clock reset and in the state it found ``enabled``."""
     global _ON
+    if pairs < 1 or rounds < 1:
+        raise ValueError(f"calibrate: pairs={pairs} and rounds={rounds} must both be >= 1")
     was = _ON
     _ON = True
     samples = []

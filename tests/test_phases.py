@@ -139,6 +139,11 @@ def test_calibrate_measures_a_pair_and_restores_the_switch():
     assert phases.enabled() and phases.totals() == {} and phases.switches() == 0
 
 
+def test_calibrate_rejects_empty_loops():
+    with pytest.raises(ValueError, match="pairs=0"):
+        phases.calibrate(pairs=0)
+
+
 def test_ordered():
     assert phases.ordered({"rest", "zeta", "lock", "storage", "alpha", "routing"}) == \
         ["storage", "routing", "lock", "alpha", "zeta", "rest"]
