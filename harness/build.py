@@ -71,10 +71,20 @@ def open_engine(engine: str, path: str | None, *, cache_bytes: int = 64 << 20,
 
 def build(strategy: str, engine: str | None, *, strategy_options: dict | None = None,
           store_dir: str | None = None, cache_bytes: int = 64 << 20, direct_io: bool = False,
-          durability: str = "async", engine_options: dict | None = None) -> Built:
-    """Strategy (+ its engine when it needs one) ready to replay."""
+          durability: str = "async", engine_options: dict | None = None,
+          block_tokens: int | None = None) -> Built:
+    """Strategy (+ its engine when it needs one) ready to replay.
+
+    ``block_tokens``: the workload's block size in tokens, given to a strategy
+    that declares a ``block_tokens`` option (so geometry given in tokens rounds
+    to the workload's blocks) unless the user set that option; None changes
+    nothing.
+    """
     reg = get_registry()
     cls = reg.get("strategy", strategy).factory
+    if block_tokens is not None and "block_tokens" in getattr(cls, "options", {}):
+        strategy_options = dict(strategy_options or {})
+        strategy_options.setdefault("block_tokens", block_tokens)
     store = None
     path, owns = None, False
     if getattr(cls, "needs_store", False):

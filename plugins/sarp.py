@@ -51,9 +51,42 @@ never go away), then runs the matching path with an unlimited budget, so the
 segment it extends or copies from is the one sharing the longest prefix (a
 block already indexed keeps its first metadata, as the contract requires);
 it extends that segment in place, copies it on divergence, or writes new
-segments; all records of one insert go in one write batch.  Inserts are serialised by one lock;
-matches take only the directory's read lock (inside its compiled calls) and
-run concurrently with inserts and with the background worker.
+segments; all records of one insert go in one write batch.
+
+The match leaves this thread every record it read (window start -> segment id
+-> raw bytes) with the directory version it started at.  While that version
+is current the insert verifies those records from memory - the segment the
+match verified is never read twice - and reads only candidates whose filter
+potential exceeds the length already verified, with no budget: where the
+match's budget may have skipped a longer candidate, the insert still finds
+it.  ``insert_reuse=false`` reads everything again (for comparison).
+
+Inserts plan without a lock (routing, reads, verification, which segments to
+extend, copy or write; new segments get their ids only at publish, so ids
+keep publish order for recovery's ordered scan) and take the insert lock only
+to publish: write the batch, register, bump the version.  A plan made at a
+version that is no longer current is made again under the lock (counted as
+``insert_replans``), so concurrent inserts stay exact and the first writer
+wins; an insert that finds everything stored takes no lock.  Back-fill jobs
+publish routing entries only - which segments exist and what they hold is
+unchanged - so they do not bump the version.  ``insert_lock=whole`` holds the
+lock for the whole insert.  Matches take only the directory's read lock
+(inside its compiled calls) and run concurrently with inserts and with the
+background worker.
+
+Cross-window batched retrieval (``batch_windows=k``, beyond the paper): the
+routing keys and filters of every window come from the query alone, so a
+match routes up to ``k`` windows up front, fetches each one's first candidate
+group in ONE ``get_many`` and verifies window by window; a window that does
+not fully match ends the match and the reads fetched for later windows are
+wasted (``speculative_reads_wasted``, counted in the store reads).  Further
+batches inside a window are as with ``k=1``, so the answers are the same.
+
+Geometry in tokens: ``segment_tokens`` and ``interval_tokens`` (0 = use ``S``
+and ``R``) are rounded to whole blocks of ``block_tokens`` (which the harness
+sets to the workload's block size): see :func:`resolve_geometry`; the
+rounding is :meth:`SarpStrategy.geometry` and ``stats()["geometry"]``.
+Filters stay in blocks (``N``, ``b``, ``stride``).
 
 Corrupt segment records are counted misses (:class:`SegmentLayer`), never
 reused.

@@ -118,6 +118,17 @@ CONFIGS = {
     # 1-bit fields collide constantly: exactness then needs the extra retrieval rounds
     "unlimited-tiny-filter": {"max_retrieval": 0, "N": 8, "b": 1},
     "tiny-filter": {"N": 8, "b": 1, "stride": 2},
+    # cross-window batched retrieval, geometry in tokens, the insert path's variants
+    "batch-2": {"batch_windows": 2},
+    "unlimited-batch-3": {"max_retrieval": 0, "batch_windows": 3},
+    "budget-1-batch-4-tiny-filter": {"max_retrieval": 1, "batch_windows": 4, "N": 8, "b": 1},
+    "tokens": {"segment_tokens": 96, "interval_tokens": 32, "block_tokens": 16},
+    "unlimited-tokens-batch-2": {"max_retrieval": 0, "segment_tokens": 20, "interval_tokens": 8,
+                                 "block_tokens": 4, "batch_windows": 2},
+    "whole-lock": {"insert_lock": "whole"},
+    "no-reuse": {"insert_reuse": False},
+    "python-batch-tokens": {"directory": "python", "batch_windows": 2, "segment_tokens": 64,
+                            "interval_tokens": 16, "block_tokens": 8},
 }
 
 
@@ -187,6 +198,287 @@ def test_compiled_and_reference_directories_give_identical_answers(ops):
                       da["refine_state"].tolist())) == \
         sorted(zip(db["keys"].tolist(), db["visible"].tolist(), db["next_state"].tolist(),
                    db["refine_state"].tolist()))
+
+
+def run_requests_against_oracle(s: SarpStrategy, ops, exact: bool) -> None:
+    """Ops as requests: an insert first matches a prefix of its sequence (the prompt)
+    and then inserts the whole sequence, so it starts from what that match read."""
+    oracle = RadixStrategy(meta_size=MS)
+    for step, (kind, toks) in enumerate(ops):
+        ids = ids_of(toks)
+        prompt = ids[:max(0, len(ids) - (step % 5))]
+        got, want = s.match(prompt), oracle.match(prompt)
+        assert got.n_blocks <= want.n_blocks, (step, toks)
+        assert np.array_equal(got.metas, want.metas[:got.n_blocks]), (step, toks)
+        if exact:
+            assert got.n_blocks == want.n_blocks, (step, toks)
+        if kind == "insert":
+            m = metas_of(ids, step)
+            oracle.insert(ids, m)
+            s.insert(ids, m)
+    for _kind, toks in ops:     # every stored block carries its first metadata
+        ids = ids_of(toks)
+        got, want = s.match(ids), oracle.match(ids)
+        assert got.n_blocks <= want.n_blocks
+        assert np.array_equal(got.metas, want.metas[:got.n_blocks])
+
+
+REQUEST_CONFIGS = {
+    "default-budget": {},
+    "budget-1-tiny-filter": {"max_retrieval": 1, "N": 8, "b": 1},
+    "unlimited": {"max_retrieval": 0},
+    "batch-3": {"batch_windows": 3},
+    "unlimited-batch-2-tokens": {"max_retrieval": 0, "batch_windows": 2, "segment_tokens": 48,
+                                 "interval_tokens": 12, "block_tokens": 4},
+    "whole-lock-budget-1": {"insert_lock": "whole", "max_retrieval": 1, "b": 2},
+    "no-reuse-budget-1": {"insert_reuse": False, "max_retrieval": 1, "b": 2},
+    "python": {"directory": "python", "max_retrieval": 1, "b": 2, "batch_windows": 2},
+}
+
+
+@pytest.mark.parametrize("config", sorted(REQUEST_CONFIGS))
+@SETTINGS
+@given(ops=session_sets())
+def test_insert_after_match_stays_exact(config, ops):
+    """The insert path that starts from its match's records (under any budget, with a
+    filter that collides constantly) never stores an indexed block again."""
+    opts = dict(SMALL, **REQUEST_CONFIGS[config])
+    s = SarpStrategy(MemoryStore(), opts, meta_size=MS)
+    run_requests_against_oracle(s, ops, exact=opts.get("max_retrieval", 3) == 0)
+    registrations_ok(s)
+    assert s.stats()["insert_replans"] == 0       # one thread: nothing to re-plan
+    s.close()
+
+
+@pytest.mark.parametrize("base", [{}, {"max_retrieval": 1, "b": 2}, {"max_retrieval": 0},
+                                  {"directory": "python"}])
+@SETTINGS
+@given(ops=session_sets(), k=st.integers(2, 5))
+def test_batched_windows_give_the_same_answers_as_one_window_per_trip(base, ops, k):
+    a = SarpStrategy(MemoryStore(), dict(SMALL, **base), meta_size=MS)
+    b = SarpStrategy(MemoryStore(), dict(SMALL, batch_windows=k, **base), meta_size=MS)
+    for step, (kind, toks) in enumerate(ops):
+        ids = ids_of(toks)
+        ma, mb = a.match(ids), b.match(ids)
+        assert ma.n_blocks == mb.n_blocks and np.array_equal(ma.metas, mb.metas)
+        if kind == "insert":
+            a.insert(ids, metas_of(ids, step))
+            b.insert(ids, metas_of(ids, step))
+    sa, sb = a.stats(), b.stats()
+    for key in ("retrievals_per_query", "candidates_before_filtering", "windows_per_match",
+                "candidates_after_filtering", "segments", "logical_block_entries"):
+        assert sa[key] == sb[key], key
+    # speculative reads are store reads too; wasted ones are the only difference
+    assert sb["store_reads_per_match"] * sb["matches"] == pytest.approx(
+        sa["store_reads_per_match"] * sa["matches"] + sb["speculative_reads_wasted"])
+    assert sb["speculative_reads_wasted"] <= sb["speculative_reads"]
+    assert sa["speculative_reads"] == 0 and sb["round_trips_per_match"] <= sa["round_trips_per_match"]
+
+
+class RecordingStore(MemoryStore):
+    """A memory engine that remembers every key each get_many asked for."""
+
+    def __init__(self, *a, **k):
+        super().__init__(*a, **k)
+        self.asked: list[int] = []
+
+    def _get_many(self, keys):
+        self.asked.extend(int(x) for x in keys)
+        return super()._get_many(keys)
+
+
+def test_insert_reuses_the_segment_its_match_verified_and_reads_nothing_twice():
+    store = RecordingStore()
+    s = SarpStrategy(store, dict(SMALL, max_retrieval=2, tau=1000, pruning=False), meta_size=MS)
+    seqs = _fan(3, 12, 13)
+    for i, toks in enumerate(seqs):
+        ids = ids_of(toks)
+        s.insert(ids, metas_of(ids, i))
+    before = s.stats()
+    turn = ids_of(seqs[4][:13] + [7, 7])    # a branch inside window 1 of a stored sequence
+    store.asked.clear()
+    m = s.match(turn[:14])
+    assert m.n_blocks == 13
+    by_match = list(store.asked)
+    store.asked.clear()
+    s.insert(turn, metas_of(turn, 99))
+    by_insert = list(store.asked)
+    assert not set(by_match) & set(by_insert)          # never the same record twice
+    after = s.stats()
+    assert after["insert_segments_reused_from_match"] == before["insert_segments_reused_from_match"] + 1
+    assert after["segments_copied"] == before["segments_copied"] + 1
+    assert after["insert_reads_per_insert"] * after["inserts"] == \
+        before["insert_reads_per_insert"] * before["inserts"] + len(by_insert)
+    got = s.match(turn)
+    assert got.n_blocks == len(turn)
+    first = ids_of(seqs[4])                     # the 3 shared blocks keep seq 0's metadata
+    want = np.concatenate([metas_of(first, 0)[:3], metas_of(first, 4)[3:13], metas_of(turn, 99)[13:]])
+    assert np.array_equal(got.metas, want)
+    # without reuse the insert reads the verified segment again
+    t2 = ids_of(seqs[6][:13] + [8, 8])
+    s.insert_reuse = False
+    s.match(t2[:14])
+    store.asked.clear()
+    s.insert(t2, metas_of(t2, 100))
+    assert store.asked
+
+
+def test_a_registration_between_plan_and_publish_forces_a_replan():
+    """First writer wins: B publishes while A's unlocked plan is pending; A plans
+    again under the lock and copies B's blocks with B's metadata."""
+    s = SarpStrategy(MemoryStore(), dict(SMALL), meta_size=MS)
+    oracle = RadixStrategy(meta_size=MS)
+    A = ids_of(list(range(1, 13)))
+    B = ids_of(list(range(1, 7)) + [50, 51])
+    mA, mB = metas_of(A, 1), metas_of(B, 2)
+    calls = []
+
+    def publish_b_first():
+        s._after_plan = None                 # B's own insert must not recurse
+        calls.append(1)
+        s.insert(B, mB)
+
+    s._after_plan = publish_b_first
+    s.match(A)
+    s.insert(A, mA)
+    oracle.insert(B, mB)
+    oracle.insert(A, mA)
+    assert calls == [1] and s.stats()["insert_replans"] == 1
+    for q in (A, B):
+        got, want = s.match(q), oracle.match(q)
+        assert got.n_blocks == want.n_blocks == len(q)
+        assert np.array_equal(got.metas, want.metas)
+    # the whole-insert lock never plans outside it
+    w = SarpStrategy(MemoryStore(), dict(SMALL, insert_lock="whole"), meta_size=MS)
+    w._after_plan = lambda: calls.append(2)
+    w.insert(A, mA)
+    assert calls == [1] and w.stats()["insert_replans"] == 0
+
+
+@pytest.mark.parametrize("opts", [
+    {"max_retrieval": 0, "backfill": "background"},
+    {"max_retrieval": 0, "backfill": "background", "batch_windows": 3},
+    {"max_retrieval": 3, "backfill": "sync", "b": 2},
+    {"max_retrieval": 0, "insert_lock": "whole"},
+], ids=["unlimited", "unlimited-batch-3", "budget-3-colliding", "whole-lock"])
+def test_four_threads_match_then_insert_stay_exact(opts):
+    """Requests (match the prompt, insert the sequence) on 4 threads: no false hit,
+    and once quiet the index answers as the oracle."""
+    s = SarpStrategy(MemoryStore(), dict(SMALL, **opts), meta_size=MS)
+    oracle = RadixStrategy(meta_size=MS)
+    seqs = _fan(5, 30, 30, seed=3) + _fan(19, 30, 14, seed=4)
+    meta = lambda ids: metas_of(ids, 0)
+    errors = []
+
+    def request_thread(k):
+        try:
+            for i in range(k, len(seqs), 4):
+                ids = ids_of(seqs[i])
+                got = s.match(ids[:len(ids) - 3])
+                want = oracle.match(ids[:len(ids) - 3])
+                assert got.n_blocks <= want.n_blocks
+                assert np.array_equal(got.metas, want.metas[:got.n_blocks])
+                oracle.insert(ids, meta(ids))
+                s.insert(ids, meta(ids))
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=request_thread, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+    s.drain()
+    registrations_ok(s)
+    for toks in seqs:
+        ids = ids_of(toks)
+        got, want = s.match(ids), oracle.match(ids)
+        assert np.array_equal(got.metas, want.metas[:got.n_blocks])
+        if opts["max_retrieval"] == 0:
+            assert got.n_blocks == want.n_blocks == len(ids)
+    s.close()
+
+
+# ----------------------------------------------------------------------------- geometry
+@pytest.mark.parametrize("args, want", [
+    ((64, 4, 0, 0, 16), (64, 4)),
+    ((64, 4, 1024, 256, 16), (64, 4)),
+    ((64, 4, 1024, 256, 512), (2, 2)),            # Mooncake's blocks: R lowered to 2
+    ((64, 4, 1024, 0, 512), (2, 2)),              # interval from R, lowered with S
+    ((64, 4, 0, 256, 16), (64, 4)),
+    ((64, 4, 256, 256, 512), (1, 1)),             # half a block rounds up to one
+    ((64, 4, 200, 100, 512), (1, 1)),             # less than half: still at least one
+    ((64, 4, 80, 32, 16), (6, 2)),                # 5 blocks, R=2: rounded to 6
+    ((64, 4, 8192, 1024, 512), (16, 8)),
+    ((64, 4, 100000, 16, 16), (6223, 127)),       # R capped at its maximum, S to 49 * 127
+])
+def test_geometry_in_tokens_rounds_to_whole_blocks(args, want):
+    S, R, desc = sarp.resolve_geometry(*args)
+    assert (S, R) == want and S % R == 0 and desc.endswith(f"R={R}")
+
+
+def test_geometry_is_reported_and_the_harness_passes_the_block_size():
+    from prefixbench.harness.build import build
+    s = SarpStrategy(MemoryStore(), {"segment_tokens": 1024, "interval_tokens": 256,
+                                     "block_tokens": 512})
+    assert (s.S, s.R) == (2, 2)
+    assert s.geometry().startswith("segment 1024 tokens -> 2 blocks of 512 tokens, "
+                                   "interval 256 tokens -> 1 block, R=2; routing ")
+    assert s.geometry().endswith(" B/block")
+    st_ = s.stats()
+    assert (st_["geometry_S"], st_["geometry_R"], st_["geometry_interval"]) == (2, 2, 1)
+    assert "2 blocks" in st_["geometry"]
+    b = build("sarp", "memory", strategy_options={"segment_tokens": "1024"}, block_tokens=512)
+    try:
+        assert b.strategy.S == 2
+    finally:
+        b.close()
+    b = build("sarp", "memory", strategy_options={"segment_tokens": "1024",
+                                                  "block_tokens": "256"}, block_tokens=512)
+    try:
+        assert b.strategy.S == 4                     # the user's block_tokens wins
+    finally:
+        b.close()
+    b = build("sarp", "memory", strategy_options={"segment_tokens": "1024"})
+    try:
+        assert b.strategy.S == 64                    # no block size given: the default 16
+    finally:
+        b.close()
+    b = build("radix", None, block_tokens=512)      # strategies without the option: unchanged
+    b.close()
+
+
+def test_phase_clocks_see_routing_verification_and_the_insert_lock():
+    from prefixbench.harness import phases
+    s = SarpStrategy(MemoryStore(), dict(SMALL), meta_size=MS)
+    ids = ids_of(list(range(30)))
+    s.insert(ids, metas_of(ids, 1))
+    phases.enable()
+    try:
+        phases.reset()
+        s.match(ids)
+        t = phases.totals()
+        assert t.get(phases.ROUTING, 0) > 0 and t.get(phases.VERIFY, 0) > 0
+        held, go = threading.Event(), threading.Event()
+
+        def hold():
+            with s._insert_lock:
+                held.set()
+                go.wait(10)
+
+        t = threading.Thread(target=hold)
+        t.start()
+        held.wait(10)
+        threading.Timer(0.05, go.set).start()
+        phases.reset()
+        more = ids_of(list(range(30)) + [5, 5, 5, 5, 5, 5, 5, 5, 5])
+        s.insert(more, metas_of(more, 2))       # waits for the lock to publish
+        t.join()
+        assert phases.totals().get(phases.LOCK, 0) > 0
+    finally:
+        phases.enable(False)
+        phases.reset()
 
 
 # ----------------------------------------------------------------------------- hot paths
@@ -455,6 +747,13 @@ def test_corrupt_segment_is_a_counted_miss_never_reused():
     ({"R": 0}, "option R"), ({"stride": 0}, "option stride"), ({"S": "x"}, "option S"),
     ({"backfill": "later"}, "option backfill"), ({"filtering": "maybe"}, "option filtering"),
     ({"pruning_threshold": -2}, "option pruning_threshold"), ({"bogus": 1}, "option bogus"),
+    ({"batch_windows": 0}, "option batch_windows"), ({"batch_windows": 65}, "option batch_windows"),
+    ({"segment_tokens": -1}, "option segment_tokens"), ({"interval_tokens": "x"},
+                                                         "option interval_tokens"),
+    ({"block_tokens": 0}, "option block_tokens"), ({"insert_lock": "none"}, "option insert_lock"),
+    ({"insert_reuse": "perhaps"}, "option insert_reuse"),
+    ({"segment_tokens": 1 << 30, "block_tokens": 1}, "option segment_tokens"),
+    ({"S": 1 << 16, "interval_tokens": 16 * 7281}, "option S"),      # rounds S up past its max
 ])
 def test_out_of_range_options_are_config_errors(bad, word):
     with pytest.raises(ConfigError, match=word):
