@@ -66,6 +66,8 @@ class RecoverSpec:
     keep: bool = False
     #: fresh-process recoveries of the one build (each checked; times get one value each)
     repeat: int = 1
+    #: build even when the pre-flight estimate says it will not fit
+    force: bool = False
 
 
 def parse_count(option: str, text) -> int:
@@ -273,7 +275,26 @@ def recover_in_fresh_process(spec: RecoverSpec, ref: dict) -> dict:
     return res
 
 
+def fmt_count(n: int) -> str:
+    """``10**30`` -> ``1e30``, ``12_345`` -> ``12,345``: counts as a user would type them."""
+    if n >= 10 ** 6:
+        mant, _, exp = f"{n:.2e}".partition("e")
+        mant = mant.rstrip("0").rstrip(".")
+        if float(f"{mant}e{exp}") == n:
+            return f"{mant}e{int(exp)}"
+    return f"{n:,}"
+
+
+def preflight(spec: RecoverSpec) -> None:
+    """Refuse a build that will not fit the disk or memory (before anything is made)."""
+    from prefixbench.harness import preflight as pf
+    need = pf.recover_need(spec.entries, spec.strategy, spec.engine,
+                           cache_bytes=spec.cache_bytes, work_dir=spec.work_dir)
+    pf.check(f"recover: -n {fmt_count(spec.entries)}", need, "-n", force=spec.force)
+
+
 def run_recover(spec: RecoverSpec, output: str | None = None, quiet: bool = True) -> dict:
+    preflight(spec)
     own = spec.work_dir is None
     if own:
         spec.work_dir = tempfile.mkdtemp(prefix="prefixbench-recover-")

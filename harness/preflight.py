@@ -1,0 +1,207 @@
+"""Pre-flight: will a long build fit on this machine?  Decided before it starts.
+
+A ``--scale paper`` sweep or a ``recover -n`` build can run for an hour and
+then die of a full disk or the OOM killer.  So both first estimate what they
+will need from the entry count and the layout, compare it with what is free
+(``shutil.disk_usage`` of the directory the store goes to,
+``psutil.virtual_memory().available``), and refuse with one line that names
+what to lower; ``--force`` skips the refusal.
+
+The estimates are deliberately rough and on the high side - they are bytes
+per indexed block measured on this project's layouts (lmcache-agent, 750k
+blocks), times margins:
+
+* on disk, a store strategy's *logical* bytes per block (ssd-blockhash's
+  8-byte key + 16-byte value = 24 B; segment layouts somewhat more, since
+  copied segments repeat blocks; segment-hash about six records per block)
+  times the engine's amplification (disk / logical: lmdb's half-full B-tree
+  pages about 2.2x, RocksDB's SST plus WAL and compaction headroom 2x);
+  the ``memory`` engine keeps that store in RAM instead;
+* in memory, each strategy's own state per block (the ``radix`` oracle's node
+  table ~36 B, ``dram-blockhash`` 24 B / table load 0.7, sarp's routing
+  directory ~2 B), the counting pass's block-hash table, the workload
+  stream's live contexts (8 B per block at worst), the replay's per-request
+  arrays, the engine cache, and the interpreter's baseline.
+
+A check passes when the need is at most :data:`HEADROOM` of what is free:
+the machine keeps a tenth for everything else.  Unknown strategies and
+engines get conservative defaults, so a plugin is never refused for lack of
+a figure, only for size.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+
+from prefixbench.harness.errors import ConfigError
+
+GIB = 1 << 30
+#: share of the free disk / memory a build may plan to use
+HEADROOM = 0.9
+#: the interpreter, NumPy, the engine bindings: resident before any index exists
+BASE_RSS = 300 << 20
+
+#: logical store bytes per indexed block (keys + values the layout writes)
+STORE_BYTES_PER_BLOCK = {
+    "ssd-blockhash": 24.0,
+    "sarp": 27.0,
+    "segment-radix": 27.0,
+    "segment-radix-capped": 27.0,
+    "segment-hash": 150.0,
+}
+DEFAULT_STORE_BYTES_PER_BLOCK = 150.0
+#: disk bytes per logical byte, per engine
+ENGINE_AMPLIFICATION = {"lmdb": 2.2, "rocksdb": 2.0, "wiredtiger": 2.0, "packfile": 1.6}
+DEFAULT_AMPLIFICATION = 2.5
+#: engines that keep the store in this process's memory (amplification applies there)
+IN_MEMORY_ENGINES = frozenset({"memory"})
+#: a strategy's own in-memory bytes per indexed block
+MEMORY_BYTES_PER_BLOCK = {
+    "radix": 40.0,
+    "dram-blockhash": 24.0 / 0.7,
+    "sarp": 2.0,
+    "segment-radix": 2.0,
+    "segment-radix-capped": 2.0,
+    "ssd-blockhash": 0.0,
+    "segment-hash": 0.0,
+}
+DEFAULT_MEMORY_BYTES_PER_BLOCK = 64.0
+#: the counting pass's block-hash table (8-byte keys, 1-byte values, growth doubling)
+COUNTING_BYTES_PER_BLOCK = 24.0
+#: the synthetic stream's live per-session contexts, at worst every block once
+STREAM_BYTES_PER_BLOCK = 8.0
+#: per request: known-prefix counts and latency buffers (int64 each)
+REQUEST_BYTES = 32.0
+#: requests are at most this many blocks apart on average (a bound for the arrays)
+BLOCKS_PER_REQUEST_LOW = 8.0
+
+
+@dataclass
+class Need:
+    """Bytes one build needs: ``disk`` under ``disk_dir``, ``memory`` resident."""
+
+    disk: float
+    memory: float
+    disk_dir: str
+    parts: dict = field(default_factory=dict)
+
+
+@dataclass
+class Free:
+    disk: float
+    memory: float
+
+
+def store_disk_bytes(strategy: str, engine: str | None, entries: int, *,
+                     needs_store: bool = True) -> float:
+    """Disk bytes of ``strategy``'s store on ``engine`` at ``entries`` blocks."""
+    if not needs_store or engine is None or engine in IN_MEMORY_ENGINES:
+        return 0.0
+    per = STORE_BYTES_PER_BLOCK.get(strategy, DEFAULT_STORE_BYTES_PER_BLOCK)
+    return entries * per * ENGINE_AMPLIFICATION.get(engine, DEFAULT_AMPLIFICATION)
+
+
+def strategy_memory_bytes(strategy: str, engine: str | None, entries: int, *,
+                          needs_store: bool = True, cache_bytes: int = 0) -> float:
+    """Resident bytes of ``strategy`` (and an in-memory engine's store) at ``entries``."""
+    mem = entries * MEMORY_BYTES_PER_BLOCK.get(strategy, DEFAULT_MEMORY_BYTES_PER_BLOCK)
+    if needs_store and engine is not None:
+        if engine in IN_MEMORY_ENGINES:
+            per = STORE_BYTES_PER_BLOCK.get(strategy, DEFAULT_STORE_BYTES_PER_BLOCK)
+            mem += entries * per * 1.5
+        else:
+            mem += cache_bytes
+    return mem
+
+
+def existing_dir(path: str | None) -> str:
+    """``path`` or its nearest existing parent (the build creates the rest)."""
+    p = os.path.abspath(path or tempfile.gettempdir())
+    while not os.path.isdir(p):
+        parent = os.path.dirname(p)
+        if parent == p:
+            break
+        p = parent
+    return p
+
+
+def free_space(disk_dir: str) -> Free:
+    """What is free now: disk under ``disk_dir`` and available memory."""
+    import psutil
+    return Free(float(shutil.disk_usage(disk_dir).free),
+                float(psutil.virtual_memory().available))
+
+
+def _needs_store(strategy: str) -> bool:
+    from prefixbench.plugins.registry import get_registry
+    try:
+        return bool(getattr(get_registry().get("strategy", strategy).factory,
+                            "needs_store", False))
+    except Exception:
+        return True
+
+
+def sweep_need(entries: int, strategies, engine: str | None, *, cache_bytes: int,
+               work_dir: str | None = None, run_requests: int = 0) -> Need:
+    """A load/run sweep: one counting pass, then each strategy on a fresh store in turn
+    beside the radix oracle (stores are removed between settings: the largest counts)."""
+    disk = max((store_disk_bytes(s, engine, entries, needs_store=_needs_store(s))
+                for s in strategies), default=0.0)
+    requests = entries / BLOCKS_PER_REQUEST_LOW
+    counting = entries * (COUNTING_BYTES_PER_BLOCK + STREAM_BYTES_PER_BLOCK)
+    oracle = entries * MEMORY_BYTES_PER_BLOCK["radix"]
+    biggest = max((strategy_memory_bytes(s, engine, entries, needs_store=_needs_store(s),
+                                         cache_bytes=cache_bytes) for s in strategies),
+                  default=0.0)
+    loading = oracle + biggest + entries * STREAM_BYTES_PER_BLOCK
+    memory = BASE_RSS + requests * REQUEST_BYTES + run_requests * REQUEST_BYTES \
+        + max(counting, loading)
+    return Need(disk, memory, existing_dir(work_dir),
+                {"store": disk, "oracle": oracle, "index": biggest, "counting": counting})
+
+
+def recover_need(entries: int, strategy: str, engine: str | None, *, cache_bytes: int,
+                 work_dir: str | None = None) -> Need:
+    """``recover``: one build (its store, or a snapshot the size of its in-memory state)."""
+    store = _needs_store(strategy)
+    disk = store_disk_bytes(strategy, engine, entries, needs_store=store)
+    mem = strategy_memory_bytes(strategy, engine, entries, needs_store=store,
+                                cache_bytes=cache_bytes)
+    snapshot = entries * MEMORY_BYTES_PER_BLOCK.get(strategy, DEFAULT_MEMORY_BYTES_PER_BLOCK)
+    # the recovery child holds a second copy of the in-memory state while the parent waits
+    memory = BASE_RSS * 2 + mem + snapshot
+    return Need(disk + snapshot, memory, existing_dir(work_dir),
+                {"store": disk, "snapshot": snapshot, "index": mem})
+
+
+def shortfall(need: Need, free: Free) -> str | None:
+    """Which resource does not fit, as a phrase for the refusal line (None: it fits)."""
+    if need.disk > free.disk * HEADROOM:
+        return (f"about {fmt_gib(need.disk)} of disk in {need.disk_dir}, "
+                f"{fmt_gib(free.disk)} free")
+    if need.memory > free.memory * HEADROOM:
+        return f"about {fmt_gib(need.memory)} of memory, {fmt_gib(free.memory)} available"
+    return None
+
+
+def fits(need: Need, free: Free | None = None) -> bool:
+    return shortfall(need, free or free_space(need.disk_dir)) is None
+
+
+def check(what: str, need: Need, lower: str, *, force: bool = False,
+          free: Free | None = None) -> None:
+    """Refuse (one :class:`ConfigError` line) unless ``need`` fits or ``force``."""
+    if force:
+        return
+    short = shortfall(need, free or free_space(need.disk_dir))
+    if short is not None:
+        raise ConfigError(f"{what} needs {short}; lower {lower} or give --force")
+
+
+def fmt_gib(n: float) -> str:
+    g = n / GIB
+    if g >= 1e6:
+        return f"{g:.3g} GiB"
+    return f"{g:,.1f} GiB" if g >= 0.1 else f"{n / (1 << 20):,.0f} MiB"
