@@ -171,6 +171,34 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backfill", default="sync", metavar="MODE",
                    help="sarp back-fill jobs: sync (inside insert; repeatable results) or "
                    "background (default: %(default)s)")
+    g = p.add_argument_group("scale, repeats and threads (strategies)")
+    g.add_argument("--scale", metavar="SCALE", help="small: the workload's own size, replayed "
+                   "whole; paper: the paper's sizes (section 6.1), loaded untimed by each "
+                   "strategy's bulk path, then the last --run-requests timed (default: small)")
+    g.add_argument("--run-requests", metavar="K", help="--scale paper: timed requests at the "
+                   f"end of the trace (default: 2000)")
+    g.add_argument("--repeat", type=int, metavar="N", help="run every setting N times; the "
+                   "table shows medians with min-max, the pyperf suites keep every run "
+                   "(default: 1)")
+    g.add_argument("--threads", metavar="LIST", help="comma-separated request-thread counts, "
+                   "shown side by side with speedup, serial fraction and Amdahl bound "
+                   "(default: 1)")
+    g.add_argument("--force", action="store_true", help="--scale paper: run the full paper "
+                   "size even where the pre-flight estimate of disk and memory says it does "
+                   "not fit")
+    g = p.add_argument_group("cap rule (segment-radix-capped)")
+    g.add_argument("--cap-rule", metavar="RULE", help="paper: choose cap_fraction so its index "
+                   "recovery is 0.96-1.96x sarp's (paper section 6.2); fixed: cap_nodes as "
+                   "given (default: paper on an on-disk engine, else fixed)")
+    g.add_argument("--cap-entries", metavar="N", help="entries of the recovery builds the "
+                   "rule compares (default: 1e7)")
+    g.add_argument("--cap-recoveries", metavar="N", help="fresh-process recoveries per "
+                   "strategy, whose medians the rule compares (default: 5)")
+    g.add_argument("--cap-cache", metavar="FILE", help="reuse the choice saved in FILE for "
+                   "these settings; a new choice is saved there")
+    p.add_argument("--breakdown", action="store_true", help="split match and insert latency "
+                   "into storage, routing, hashing, verify, lock and the rest (paper Fig. 7) "
+                   "and print that table under the sweep")
     p.add_argument("-o", "--output", help="pyperf JSON output file (counts go to OUT.counts.json)")
     p.add_argument("--quiet", "-q", action="store_true", dest="quiet_sub", help="no progress bars")
 
@@ -197,6 +225,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--durability", choices=("sync", "async", "off"), default="async")
     p.add_argument("--work-dir", help="new or empty directory for the store and the snapshot "
                    "(default: a temporary directory, removed afterwards)")
+    p.add_argument("--force", action="store_true",
+                   help="build even when the pre-flight estimate of disk and memory says "
+                   "it will not fit")
     p.add_argument("--repeat", type=int, default=1, metavar="K",
                    help="recover the one build K times, each in a fresh process and checked "
                    "(default: 1; 1-100)")
@@ -472,9 +503,15 @@ def cmd_sweep(args, leftover, argv, quiet):
         durability=args.durability, limit=args.limit, budgets=args.budgets,
         strategies=args.strategies,
         strategy_options=parse_kv("--strategy-option", args.strategy_option),
-        backfill=args.backfill)
+        backfill=args.backfill, scale=args.scale, run_requests=args.run_requests,
+        repeat=args.repeat, threads=args.threads, cap_rule=args.cap_rule,
+        cap_entries=args.cap_entries, cap_recoveries=args.cap_recoveries,
+        cap_cache=args.cap_cache, breakdown=args.breakdown, force=args.force)
     result = sweeps.run_sweep(cfg, quiet=quiet)
     print(result.table())
+    if cfg.breakdown:
+        print()
+        print(result.breakdown_table())
     if args.output:
         print("wrote {} and {}".format(*result.write(args.output)))
     return 0
@@ -491,7 +528,7 @@ def cmd_recover(args, leftover, argv, quiet):
         strategy_options=parse_kv("--strategy-option", args.strategy_option),
         engine_options=parse_kv("--engine-option", args.engine_option),
         cache_bytes=parse_size("--cache-bytes", args.cache_bytes), durability=args.durability,
-        work_dir=args.work_dir, repeat=args.repeat)
+        work_dir=args.work_dir, repeat=args.repeat, force=args.force)
     if not 1 <= args.repeat <= 100:
         raise ConfigError(f"option --repeat: {args.repeat} must be between 1 and 100")
     from prefixbench.plugins.registry import get_registry

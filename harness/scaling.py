@@ -43,17 +43,39 @@ def scale(spec: RunSpec, thread_counts: list[int], quiet: bool) -> list[tuple[in
     return rows
 
 
+def karp_flatt(speedup: float, p: float) -> float:
+    """Measured serial fraction ``e = (1/s - 1/p) / (1 - 1/p)`` of a speedup ``s`` at
+    ``p`` times the threads (Karp-Flatt); ``1/e`` is the Amdahl bound it implies.
+    NaN for ``p <= 1`` or no speedup; e <= 0 means no serial part was measurable."""
+    if p <= 1 or not speedup or speedup != speedup:
+        return float("nan")
+    return (1 / speedup - 1 / p) / (1 - 1 / p)
+
+
+def amdahl_text(e: float) -> str:
+    """``1/e`` as a speedup bound, for tables."""
+    if e != e:
+        return "-"
+    return "unbounded" if e <= 0 else f"{1 / e:.2f}x"
+
+
 def format_scale(rows: list[tuple[int, ReplayResult]]) -> str:
     base = rows[0][1].throughput or 1.0
+    n0 = rows[0][0]
     table = []
     for n, r in rows:
-        table.append((n, f"{r.throughput:,.0f}", f"{r.throughput / base:.2f}x",
+        s = r.throughput / base
+        e = karp_flatt(s, n / n0)
+        table.append((n, f"{r.throughput:,.0f}", f"{s:.2f}x",
+                      "-" if e != e else f"{e:.3f}", amdahl_text(e),
                       fmt_seconds(r.latency("match")), fmt_seconds(r.latency("match", 99)),
                       fmt_seconds(r.latency("insert")), fmt_seconds(r.latency("insert", 99)),
                       f"{r.hit_rate:.4%}", r.false_hits))
-    return format_table(("threads", "requests/s", f"vs {rows[0][0]} thr", "match mean",
-                         "match p99", "insert mean", "insert p99", "hit rate", "false hits"),
-                        table)
+    return (format_table(("threads", "requests/s", f"vs {n0} thr", "serial frac",
+                          "Amdahl bound", "match mean", "match p99", "insert mean",
+                          "insert p99", "hit rate", "false hits"), table)
+            + f"\nserial frac: Karp-Flatt e = (1/s - 1/p) / (1 - 1/p), s the speedup over "
+              f"{n0} thread{'s' if n0 > 1 else ''} at p times as many; Amdahl bound: 1/e.")
 
 
 def gil_free_calls(result: ReplayResult, calls: frozenset) -> dict:

@@ -43,6 +43,61 @@ is then passed to each engine as ``StoreConfig.cache_bytes`` (RocksDB splits
 it half block cache, half memtables).  ``cache_rule="fixed"`` uses
 ``cache_bytes`` as given.
 
+**Scale.**  ``scale="small"`` replays the whole (default-sized) workload, as
+above.  ``scale="paper"`` (strategies sweep only) builds the index to the
+paper's sizes (section 6.1: about 2.2M, 7.0M, 12.7M and 158M indexed blocks
+for codeact, lmcache-agent, eabf and ultrachat; the workload options come
+from :func:`prefixbench.workloads.profiles.paper_workload_options`), in two
+phases as YCSB does:
+
+* one counting pass over the trace (a compiled block-hash table) gives the
+  unique-block count and, per request, how many leading blocks were indexed
+  before it;
+* the **load** phase, untimed, inserts every request but the last
+  ``run_requests`` through each strategy's bulk path
+  (``insert_known_prefix`` with those counts), the radix oracle inserting
+  beside it;
+* the **run** phase is :func:`~prefixbench.harness.replay.replay` over the
+  last ``run_requests`` requests (match, then insert, timed), the same oracle
+  shadowing it, so loss is measured against an oracle that saw the whole
+  trace.
+
+The cache rule then needs no sizing replay: 10% of ``unique blocks x 24 B``.
+Before anything is generated, :mod:`prefixbench.harness.preflight` estimates
+disk and memory; a profile that does not fit runs at the largest power-of-two
+fraction (1/2, 1/4, ...) of its paper size that does, and the table header
+says so (``force`` keeps the full size).  A ``run_requests`` larger than the
+trace is refused, naming the trace's request count.
+
+**Repeats and threads** (strategies sweep).  ``repeat`` runs every setting
+that many times (repeat-major: all settings once, then all again, so drift
+hits every setting alike); the table shows each figure as the median, with
+min-max, of per-repeat values - a ratio is taken within one repeat, then the
+median over repeats.  The pyperf suites keep every run.  ``threads=(1, 2)``
+runs every setting at each count; with more than one count, every count
+(1 included) runs on the request-thread path and throughput is requests over
+wall time, so the speedups compare like with like.  For each count ``p`` above
+the first the table gives the speedup ``s``, the Karp-Flatt serial fraction
+``e = (1/s - 1/p) / (1 - 1/p)`` and the Amdahl bound ``1/e`` it implies.
+Threaded runs get block-derived metadata (request number 0, load included)
+and are checked after the timed window against the sweep's own oracle, which
+replays the run requests in order after the load; to know what each request
+was answered, the strategy is wrapped in a thin recorder (one dict lookup and
+one list store per match, inside the timed call).
+
+**Cap rule** (strategies sweep with ``segment-radix-capped``).
+``cap_rule="paper"`` (the default) asks
+:func:`prefixbench.harness.caprule.choose_cap` for the cap fraction whose
+recovery lands within 0.96-1.96x of sarp's (paper section 6.2), applies it as
+``cap_fraction``, prints the choice above the table and stores its metadata
+in the suites; ``cap_cache=FILE`` loads a saved choice from FILE when it
+exists and saves the new one there otherwise.  ``cap_rule="fixed"`` keeps
+``cap_nodes`` as given.
+
+**Calibration.**  Under the table the strategies sweep prints sarp's Table 4
+candidate counts beside the paper's (:data:`PAPER_TABLE4`, one place) and
+whether each is within 25%, at whatever scale the sweep ran.
+
 Output: :meth:`SweepResult.table` for the terminal; :meth:`SweepResult.write`
 writes pyperf suites, one benchmark per figure and setting, named
 ``<setting>-<figure>`` (``retrieval-1-match-latency-mean``,
@@ -52,13 +107,18 @@ times go to ``OUT.json``, counts and sizes to ``OUT.counts.json``.
 """
 from __future__ import annotations
 
+import json
 import math
+import os
+import statistics
 from dataclasses import dataclass, field
 
 from prefixbench.harness import pyperf_io
 from prefixbench.harness.build import build
 from prefixbench.harness.errors import ConfigError
 from prefixbench.harness.replay import ReplayResult, replay
+from prefixbench.harness.metas import make_metas
+from prefixbench.harness.progress import progress
 from prefixbench.harness.units import parse_size
 from prefixbench.plugins.registry import get_registry
 from prefixbench.plugins.strategy import META_SIZE, parse_options
@@ -86,6 +146,30 @@ PAPER_CACHE_FRACTION = 0.10
 CACHE_RULES = ("paper", "fixed")
 #: key + value of one ssd-blockhash entry, per indexed block (value = metadata)
 KEY_BYTES = 8
+SCALES = ("small", "paper")
+DEFAULT_RUN_REQUESTS = 2000
+CAP_RULES = ("paper", "fixed")
+CAPPED = "segment-radix-capped"
+DEFAULT_CAP_ENTRIES = 10 ** 7
+DEFAULT_CAP_RECOVERIES = 5
+MAX_REPEAT = 100
+#: smallest share of a profile's paper size the pre-flight tries before refusing
+MIN_PAPER_FRACTION = 1 / 1024
+#: the paper's setup (section 6.1), printed beside this machine's
+PAPER_REQUEST_THREADS = 42
+PAPER_ROCKSDB_THREADS = 14
+#: sarp in the paper's Table 4: candidates per routing entry before filtering,
+#: after filtering, and actually retrieved
+PAPER_TABLE4 = {
+    "codeact": (59.3, 31.1, 1.05),
+    "lmcache-agent": (1.78, 1.66, 1.00),
+    "eabf": (1.01, 1.00, 1.00),
+    "ultrachat": (24.3, 1.26, 1.03),
+}
+TABLE4_FIGURES = ("candidates_before_filtering", "candidates_after_filtering",
+                  "candidates_retrieved")
+#: a calibration figure "holds" within this share of the paper's value
+CALIBRATION_TOLERANCE = 0.25
 
 
 # ----------------------------------------------------------------------------- configuration
@@ -109,13 +193,33 @@ class SweepConfig:
     #: strategy name -> its options (sarp's include ``backfill``)
     strategy_options: dict = field(default_factory=dict)
     backfill: str = "sync"
+    scale: str = "small"
+    #: paper scale: timed requests at the end of the trace
+    run_requests: int = DEFAULT_RUN_REQUESTS
+    repeat: int = 1
+    threads: tuple = (1,)
+    cap_rule: str = "fixed"
+    cap_entries: int = DEFAULT_CAP_ENTRIES
+    cap_recoveries: int = DEFAULT_CAP_RECOVERIES
+    cap_cache: str | None = None
+    breakdown: bool = False
+    #: run at the full paper size even where the pre-flight says it does not fit
+    force: bool = False
+
+    @property
+    def threaded(self) -> bool:
+        """Several thread counts: every count runs on the request-thread path."""
+        return len(self.threads) > 1 or self.threads[0] > 1
 
     def describe(self) -> dict:
         """The configuration as plain values (pyperf metadata, reports)."""
         return {"kind": self.kind, "workload_options": self.workload_options,
                 "engine_options": self.engine_options, "cache_rule": self.cache_rule,
                 "cache_fraction": self.cache_fraction, "direct_io": self.direct_io,
-                "durability": self.durability, "limit": self.limit, "backfill": self.backfill}
+                "durability": self.durability, "limit": self.limit, "backfill": self.backfill,
+                "scale": self.scale, "run_requests": self.run_requests if
+                self.scale == "paper" else None, "repeat": self.repeat,
+                "threads": list(self.threads), "cap_rule": self.cap_rule}
 
 
 def _int_list(option: str, text: str, *, allow_unlimited: bool) -> tuple:
@@ -195,11 +299,35 @@ def make_config(kind: str, *, workload: str, workload_options: dict | None = Non
                 cache_fraction: str | None = None, direct_io: bool = False,
                 durability: str = "async", limit: int | None = None,
                 budgets: str | None = None, strategies: str | None = None,
-                strategy_options: dict | None = None, backfill: str = "sync") -> SweepConfig:
+                strategy_options: dict | None = None, backfill: str = "sync",
+                scale: str | None = None, run_requests=None, repeat=None, threads=None,
+                cap_rule: str | None = None, cap_entries=None, cap_recoveries=None,
+                cap_cache: str | None = None, breakdown: bool = False,
+                force: bool = False) -> SweepConfig:
     """Check the user's text and build a :class:`SweepConfig`; every problem is one
     :class:`ConfigError` line, raised before any replay starts."""
     if kind not in KINDS:
         raise ConfigError(f"sweep: unknown kind {kind!r}; choose one of {', '.join(KINDS)}")
+    scale = "small" if scale is None else scale
+    if scale not in SCALES:
+        raise ConfigError(f"option --scale: {scale!r} is not one of {', '.join(SCALES)}")
+    if scale == "paper" and kind != "strategies":
+        raise ConfigError("option --scale: only the strategies sweep runs at --scale paper")
+    if run_requests is not None and scale != "paper":
+        raise ConfigError("option --run-requests: only --scale paper has a run phase "
+                          "(--scale small replays the whole trace; --limit shortens it)")
+    run_requests = _positive_int("--run-requests", run_requests, DEFAULT_RUN_REQUESTS)
+    if scale == "paper" and limit is not None:
+        raise ConfigError("option --limit: --scale paper times the last --run-requests "
+                          "requests of the paper-sized trace; leave --limit out")
+    repeat = _positive_int("--repeat", repeat, 1)
+    if repeat > MAX_REPEAT:
+        raise ConfigError(f"option --repeat: {repeat} must be between 1 and {MAX_REPEAT}")
+    thread_counts = _thread_counts(threads)
+    for option, given in (("--repeat", repeat != 1), ("--threads", thread_counts != (1,)),
+                          ("--cap-rule", cap_rule is not None)):
+        if given and kind != "strategies":
+            raise ConfigError(f"option {option}: only the strategies sweep takes {option}")
     if budgets is not None and kind != "retrieval":
         raise ConfigError("option --budgets: only the retrieval sweep takes budgets")
     if strategies is not None and kind not in ("strategies", "space"):
@@ -255,11 +383,110 @@ def make_config(kind: str, *, workload: str, workload_options: dict | None = Non
         budgets=parse_budgets(budgets) if budgets is not None else DEFAULT_BUDGETS,
         strategies=names,
         strategy_options=_split_strategy_options(dict(strategy_options or {}), names),
-        backfill=backfill)
-    for s in plan(cfg):          # option names and ranges fail now, not mid-sweep
-        cls = reg.get("strategy", s.strategy).factory
-        parse_options(f"strategy {s.strategy}", cls.options, s.options)
+        backfill=backfill, scale=scale, run_requests=run_requests, repeat=repeat,
+        threads=thread_counts, breakdown=bool(breakdown), force=bool(force))
+    _cap_config(cfg, cap_rule, cap_entries, cap_recoveries, cap_cache)
+    if cfg.scale == "paper":
+        _paper_workload_options(cfg, fraction=1.0)      # the workload has a paper size
+    if cfg.breakdown:
+        _check_breakdown()
+    for s in plan(cfg, cap_fraction=0.5 if cfg.cap_rule == "paper" else None):
+        cls = reg.get("strategy", s.strategy).factory      # option names and ranges fail
+        parse_options(f"strategy {s.strategy}", cls.options, s.options)   # now, not mid-sweep
     return cfg
+
+
+def _positive_int(option: str, value, default: int) -> int:
+    if value is None:
+        return default
+    if isinstance(value, str):
+        from prefixbench.harness.recovery import parse_count
+        return parse_count(option, value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"option {option}: {value!r} must be a whole number >= 1")
+    return value
+
+
+def _thread_counts(threads) -> tuple:
+    """``'1,2'`` (or a sequence of ints) -> ``(1, 2)``: each 1-256, none twice."""
+    from prefixbench.harness.bench import check_threads
+    if threads is None:
+        return (1,)
+    if isinstance(threads, str):
+        from prefixbench.harness.scaling import parse_thread_list
+        counts = parse_thread_list(threads)
+    else:
+        counts = [check_threads("--threads", int(n)) for n in threads]
+    if len(set(counts)) != len(counts):
+        raise ConfigError(f"option --threads: {threads!r} lists a thread count twice")
+    return tuple(counts)
+
+
+def _cap_config(cfg: SweepConfig, rule, entries, recoveries, cache) -> None:
+    """The cap rule: ``paper`` by default wherever segment-radix-capped runs."""
+    runs_capped = cfg.kind == "strategies" and CAPPED in cfg.strategies
+    if rule is not None and rule not in CAP_RULES:
+        raise ConfigError(f"option --cap-rule: {rule!r} is not one of {', '.join(CAP_RULES)}")
+    volatile = getattr(get_registry().get("engine", cfg.engine).factory, "volatile", False)
+    if rule is None:
+        rule = "paper" if runs_capped and not volatile else "fixed"
+    if rule == "paper" and runs_capped and volatile:
+        raise ConfigError(f"option --cap-rule: paper times recoveries in fresh processes and "
+                          f"engine {cfg.engine} keeps nothing; give an on-disk engine (-e) or "
+                          "--cap-rule fixed")
+    cfg.cap_rule = rule
+    given = [o for o, v in (("--cap-entries", entries), ("--cap-recoveries", recoveries),
+                            ("--cap-cache", cache)) if v is not None]
+    if rule == "fixed":
+        if given:
+            raise ConfigError(f"option {given[0]}: only --cap-rule paper chooses a cap")
+        return
+    if not runs_capped:
+        cfg.cap_rule = "fixed"      # nothing to cap: the rule has no effect
+        if given:
+            raise ConfigError(f"option {given[0]}: this sweep does not run {CAPPED}")
+        return
+    mine = cfg.strategy_options.get(CAPPED, {})
+    for opt in ("cap_nodes", "cap_fraction"):
+        if opt in mine:
+            raise ConfigError(f"option --strategy-option: {CAPPED}:{opt} contradicts "
+                              "--cap-rule paper (which chooses the cap); give one of them")
+    cfg.cap_entries = _positive_int("--cap-entries", entries, DEFAULT_CAP_ENTRIES)
+    cfg.cap_recoveries = _positive_int("--cap-recoveries", recoveries, DEFAULT_CAP_RECOVERIES)
+    caprule = _caprule()
+    if cfg.cap_entries < caprule.PAPER_ENTRIES:
+        raise ConfigError(f"option --cap-entries: {cfg.cap_entries:,} is below the paper "
+                          f"rule's {caprule.PAPER_ENTRIES:,} (sarp's recovery is too short to "
+                          "compare there)")
+    if cfg.cap_recoveries < caprule.PAPER_RECOVERIES:
+        raise ConfigError(f"option --cap-recoveries: {cfg.cap_recoveries} is below the paper "
+                          f"rule's {caprule.PAPER_RECOVERIES} (it compares medians)")
+    if cache is not None:
+        cache = str(cache)
+        parent = os.path.dirname(os.path.abspath(cache))
+        if os.path.isdir(cache) or not os.path.isdir(parent):
+            raise ConfigError(f"option --cap-cache: {cache} is not a file path in an "
+                              "existing directory")
+        cfg.cap_cache = cache
+
+
+def _caprule():
+    """The cap-rule module (tests replace this to stand in for its slow search)."""
+    try:
+        from prefixbench.harness import caprule
+    except ImportError:
+        raise ConfigError("option --cap-rule: paper needs prefixbench.harness.caprule, which "
+                          "this build lacks; give --cap-rule fixed") from None
+    return caprule
+
+
+def _check_breakdown() -> None:
+    """``--breakdown`` needs replay(breakdown=...) and the breakdown table."""
+    import importlib.util
+    import inspect
+    if "breakdown" not in inspect.signature(replay).parameters or \
+            importlib.util.find_spec("prefixbench.reports.breakdown") is None:
+        raise ConfigError("option --breakdown: this build's replay has no time breakdown")
 
 
 # ----------------------------------------------------------------------------- settings
@@ -280,8 +507,9 @@ def _sarp_base(cfg: SweepConfig) -> dict:
     return {"backfill": cfg.backfill, **cfg.strategy_options.get("sarp", {})}
 
 
-def plan(cfg: SweepConfig) -> list[Setting]:
-    """The settings of ``cfg``'s sweep, in replay order."""
+def plan(cfg: SweepConfig, *, cap_fraction: float | None = None) -> list[Setting]:
+    """The settings of ``cfg``'s sweep, in replay order (``cap_fraction``: the cap
+    rule's choice, applied to segment-radix-capped)."""
     if cfg.kind == "retrieval":
         base = _sarp_base(cfg)
         return [Setting(f"retrieval-{budget_label(b)}", "sarp", {**base, "max_retrieval": b})
@@ -293,6 +521,8 @@ def plan(cfg: SweepConfig) -> list[Setting]:
     out = []
     for name in cfg.strategies:
         opts = _sarp_base(cfg) if name == "sarp" else dict(cfg.strategy_options.get(name, {}))
+        if name == CAPPED and cap_fraction is not None:
+            opts["cap_fraction"] = cap_fraction
         out.append(Setting(name, name, opts))
     return out
 
@@ -308,6 +538,11 @@ class Row:
     indexed_blocks: int
     #: cache bytes the engine was opened with (None: the strategy has no store)
     engine_cache_bytes: int | None
+    threads: int = 1
+    #: which repeat (0-based) this run was
+    repeat: int = 0
+    #: requests inserted untimed before the timed ones (paper scale's load phase)
+    load_requests: int = 0
 
     @property
     def stats(self) -> dict:
@@ -334,12 +569,45 @@ class Row:
 
 @dataclass
 class Sizing:
-    """ssd-blockhash's store, learnt by replaying it (cache rule ``paper``)."""
+    """ssd-blockhash's store, learnt by replaying it (cache rule ``paper``), or at
+    paper scale counted from the trace's unique blocks (``disk_bytes`` None)."""
 
     entries: int
     logical_bytes: int
-    disk_bytes: int
+    disk_bytes: int | None
     cache_bytes: int
+
+
+@dataclass
+class PaperSize:
+    """What ``--scale paper`` ran: the share of the paper's size and the phases."""
+
+    fraction: float
+    paper_blocks: int
+    workload_options: dict
+    requests: int = 0
+    unique_blocks: int = 0
+    load_requests: int = 0
+    run_requests: int = 0
+    #: the pre-flight's estimate at that fraction (bytes)
+    disk_need: float = 0.0
+    memory_need: float = 0.0
+
+    @property
+    def fraction_text(self) -> str:
+        if self.fraction >= 1:
+            return "the full paper size"
+        return f"1/{round(1 / self.fraction)} of the paper size"
+
+
+@dataclass
+class Counting:
+    """One pass over the trace: request count, unique blocks, and per request how many
+    leading blocks were already indexed (chained ids make those a prefix)."""
+
+    requests: int
+    unique_blocks: int
+    known: object          # int64 array, one per request
 
 
 @dataclass
@@ -349,6 +617,37 @@ class SweepResult:
     sizing: Sizing | None
     #: the cache every SSD-backed setting was given
     cache_bytes: int
+    #: every run (all repeats and thread counts); ``rows`` are the first count's first
+    all_rows: list = field(default_factory=list)
+    paper: PaperSize | None = None
+    #: the cap rule's choice (a caprule.CapChoice), None under ``cap_rule="fixed"``
+    cap_choice: object = None
+
+    def __post_init__(self):
+        if not self.all_rows:
+            self.all_rows = list(self.rows)
+
+    def runs(self, label: str, threads: int | None = None) -> list:
+        """Every repeat of one setting at one thread count (default: the first)."""
+        t = self.config.threads[0] if threads is None else threads
+        return [r for r in self.all_rows if r.setting.label == label and r.threads == t]
+
+    def spread(self, label: str, fn, threads: int | None = None) -> tuple:
+        """``(median, min, max)`` of ``fn(reference_run, run)`` over the repeats, each
+        repeat's run paired with the reference's of the same repeat and thread count."""
+        t = self.config.threads[0] if threads is None else threads
+        ref = {r.repeat: r for r in self.runs(self.reference.setting.label, t)}
+        vals = [fn(ref[r.repeat], r) for r in self.runs(label, t) if r.repeat in ref]
+        return _stats(vals)
+
+    def speedup(self, label: str, threads: int) -> tuple:
+        """``(median, min, max)`` over repeats of throughput at ``threads`` over the
+        first thread count's (same repeat)."""
+        base = {r.repeat: r for r in self.runs(label, self.config.threads[0])}
+        vals = [r.result.throughput / base[r.repeat].result.throughput
+                for r in self.runs(label, threads)
+                if r.repeat in base and base[r.repeat].result.throughput]
+        return _stats(vals)
 
     def row(self, label: str) -> Row:
         for r in self.rows:
@@ -388,6 +687,12 @@ class SweepResult:
     def suites(self) -> tuple[list, list]:
         return _suites(self)
 
+    def breakdown_table(self) -> str:
+        """Where each setting's time went (its first run at the first thread count)."""
+        from prefixbench.reports.breakdown import format_breakdown
+        return "where the time goes (paper Fig. 7)\n" + format_breakdown(
+            [(r.setting.label, r.result) for r in self.rows])
+
     def write(self, output: str) -> tuple[str, str]:
         """Write OUT.json (times) and OUT.counts.json (counts, sizes); returns both paths."""
         times, counts = self.suites()
@@ -421,40 +726,296 @@ def size_store(cfg: SweepConfig, workload, *, quiet: bool = True) -> Sizing:
     return Sizing(entries, logical, res.store_bytes, int(round(cfg.cache_fraction * logical)))
 
 
+def _breakdown_kw(cfg: SweepConfig) -> dict:
+    return {"breakdown": True} if cfg.breakdown else {}
+
+
+class _Tail:
+    """A workload of the next ``n`` requests of a shared request iterator: the run
+    phase after the load phase consumed the first part (the trace is made once)."""
+
+    def __init__(self, base, requests, n: int):
+        self.name = getattr(base, "name", "")
+        self.block_size = base.block_size
+        self._requests = requests
+        self._n = n
+
+    def requests(self):
+        if self._n <= 0:
+            return
+        it = self._requests if not isinstance(self._requests, list) else iter(self._requests)
+        for i, req in enumerate(it):
+            yield req
+            if i + 1 >= self._n:
+                return
+
+    def __len__(self) -> int:
+        return self._n
+
+
+class _Recorder:
+    """The strategy, with each match's answer kept by request (threaded runs are
+    checked afterwards against the sweep's oracle); everything else is forwarded."""
+
+    def __init__(self, strategy, index: dict, got: list):
+        self._strategy = strategy
+        self._index = index
+        self._got = got
+        self._match = strategy.match
+
+    def match(self, block_ids):
+        m = self._match(block_ids)
+        self._got[self._index[id(block_ids)]] = m
+        return m
+
+    def __getattr__(self, name):
+        return getattr(self._strategy, name)
+
+
+def count_pass(workload, *, quiet: bool = True) -> Counting:
+    """Unique blocks of the trace and each request's already-indexed prefix length."""
+    import numpy as np
+
+    from prefixbench.plugins.blockhash import BlockHashTable
+
+    table = BlockHashTable(1, 1024)
+    known = np.zeros(max(len(workload), 1), dtype=np.int64)
+    total = n = 0
+    bar = progress(len(workload), "[count] unique blocks", quiet)
+    try:
+        for req in workload.requests():
+            ids = req.insert_ids
+            new = table.insert(ids, np.zeros((len(ids), 1), np.uint8))
+            total += new
+            if n >= len(known):
+                known = np.resize(known, 2 * len(known))
+            known[n] = len(ids) - new
+            n += 1
+            bar.update(1)
+    finally:
+        bar.close()
+    del table
+    return Counting(n, int(total), known[:n])
+
+
+def load_phase(strategy, oracle, requests, known, n: int, *, block_metas: bool,
+               quiet: bool = True, desc: str = "load") -> None:
+    """Untimed: the first ``n`` requests into ``strategy`` by its bulk path and into the
+    oracle.  ``block_metas``: metadata from the block alone (what threaded runs use)."""
+    meta_size = strategy.meta_size
+    bar = progress(n, f"{desc} [load]", quiet)
+    try:
+        for i in range(n):
+            ids = next(requests).insert_ids
+            metas = make_metas(ids, 0 if block_metas else i, meta_size)
+            strategy.insert_known_prefix(ids, metas, int(known[i]))
+            oracle.insert(ids, metas)
+            bar.update(1)
+    finally:
+        bar.close()
+    drain = getattr(strategy, "drain", None)
+    if callable(drain):
+        drain()
+
+
+def check_threaded(res: ReplayResult, reqs: list, got: list, oracle, block_size: int) -> None:
+    """The checks replay_threaded makes, against ``oracle`` as loaded: the reference hit
+    rate from the run requests in order, then every answer must be one the oracle holds,
+    with the same metadata (false hits otherwise)."""
+    import numpy as np
+    meta_size = oracle.meta_size
+    res.oracle_hit_tokens = 0
+    res.false_hits = res.short_matches = 0
+    for r in reqs:
+        om = oracle.match(r.match_ids)
+        res.oracle_hit_tokens += min(om.n_blocks * block_size, r.prompt_tokens)
+        oracle.insert(r.insert_ids, make_metas(r.insert_ids, 0, meta_size))
+    for r, m in zip(reqs, got):
+        om = oracle.match(r.match_ids)
+        if m.n_blocks > om.n_blocks:
+            res.false_hits += m.n_blocks - om.n_blocks
+        k = min(m.n_blocks, om.n_blocks)
+        if k and not np.array_equal(m.metas[:k], om.metas[:k]):
+            res.false_hits += int((m.metas[:k] != om.metas[:k]).any(axis=1).sum())
+        elif m.n_blocks < om.n_blocks:
+            res.short_matches += 1
+
+
 def run_setting(cfg: SweepConfig, setting: Setting, workload, cache_bytes: int, *,
-                quiet: bool = True, desc: str | None = None) -> Row:
-    """Replay one setting on a fresh store with its own oracle shadow."""
+                quiet: bool = True, desc: str | None = None, threads: int | None = None,
+                counting: Counting | None = None, load_requests: int = 0,
+                repeat: int = 0) -> Row:
+    """Replay one setting on a fresh store with its own oracle shadow.
+
+    With ``load_requests`` the first that many requests are loaded untimed first (needs
+    ``counting``); with request threads the run is checked afterwards by the oracle."""
     from prefixbench.plugins.radix import RadixStrategy
 
+    threads = cfg.threads[0] if threads is None else threads
+    threaded = cfg.threaded
+    desc = desc or setting.label
     built = build(setting.strategy, cfg.engine, strategy_options=setting.options,
                   store_dir=None, cache_bytes=cache_bytes, direct_io=cfg.direct_io,
                   durability=cfg.durability, engine_options=cfg.engine_options)
     oracle = RadixStrategy(meta_size=built.strategy.meta_size)
     try:
         engine_cache = built.store.config.cache_bytes if built.store is not None else None
-        res = replay(built.strategy, workload, oracle=oracle, limit=cfg.limit, quiet=quiet,
-                     desc=desc or setting.label)
+        if not load_requests and not threaded:
+            res = replay(built.strategy, workload, oracle=oracle, limit=cfg.limit, quiet=quiet,
+                         desc=desc, **_breakdown_kw(cfg))
+        else:
+            it = iter(workload.requests())
+            if load_requests:
+                load_phase(built.strategy, oracle, it, counting.known, load_requests,
+                           block_metas=threaded, quiet=quiet, desc=desc)
+            n = len(workload) - load_requests
+            if cfg.limit is not None:
+                n = min(n, cfg.limit)
+            if not threaded:
+                res = replay(built.strategy, _Tail(workload, it, n), oracle=oracle,
+                             quiet=quiet, desc=desc, **_breakdown_kw(cfg))
+            else:
+                reqs = list(_Tail(workload, it, n).requests())
+                got: list = [None] * len(reqs)
+                rec = _Recorder(built.strategy, {id(r.match_ids): i for i, r in
+                                                 enumerate(reqs)}, got)
+                res = replay(rec, _Tail(workload, reqs, len(reqs)), threads=threads,
+                             threaded=True, check=False, quiet=quiet,
+                             desc=f"{desc} x{threads}", **_breakdown_kw(cfg))
+                check_threaded(res, reqs, got, oracle, workload.block_size)
         indexed = int(oracle.stats()["entries"])
     finally:
         oracle.close()
         built.close()
-    return Row(setting, res, indexed, engine_cache)
+    return Row(setting, res, indexed, engine_cache, threads=threads, repeat=repeat,
+               load_requests=load_requests)
+
+
+def _paper_workload_options(cfg: SweepConfig, fraction: float) -> dict:
+    """The workload options for ``fraction`` of the paper size, the user's own
+    (seed, ...) kept; a size option of the user's contradicts the scale."""
+    from prefixbench.workloads import profiles
+    blocks = getattr(profiles, "PAPER_BLOCKS", None)
+    options = getattr(profiles, "paper_workload_options", None)
+    if blocks is None or options is None:
+        raise ConfigError("option --scale: this build has no paper sizes "
+                          "(prefixbench.workloads.profiles.PAPER_BLOCKS)")
+    if cfg.workload not in blocks:
+        raise ConfigError(f"option --scale: workload {cfg.workload} has no paper size; "
+                          f"--scale paper runs {', '.join(blocks)}")
+    sized = options(cfg.workload, fraction)
+    clash = sorted(set(sized) & set(cfg.workload_options))
+    if clash:
+        raise ConfigError(f"option --workload-option: {clash[0]}= sets the size, which "
+                          "--scale paper chooses; leave it out or use --scale small")
+    return {**cfg.workload_options, **sized}
+
+
+def paper_size(cfg: SweepConfig, *, free=None) -> PaperSize:
+    """The largest power-of-two fraction of the paper's size the pre-flight fits
+    (the full size under ``force``), or one ConfigError line naming what is short."""
+    from prefixbench.harness import preflight
+    from prefixbench.workloads import profiles
+
+    paper_blocks = int(profiles.PAPER_BLOCKS[cfg.workload])
+    cache = cfg.cache_bytes
+    f = 1.0
+    first = None
+    while True:
+        entries = int(paper_blocks * f)
+        if cfg.cache_rule == "paper":
+            cache = int(round(cfg.cache_fraction * entries * (KEY_BYTES + META_SIZE)))
+        need = preflight.sweep_need(entries, cfg.strategies, cfg.engine, cache_bytes=cache,
+                                    run_requests=cfg.run_requests)
+        short = preflight.shortfall(need, free or preflight.free_space(need.disk_dir))
+        first = first or short
+        if short is None or cfg.force:
+            return PaperSize(f, paper_blocks, _paper_workload_options(cfg, f),
+                             disk_need=need.disk, memory_need=need.memory)
+        if f / 2 < MIN_PAPER_FRACTION:
+            raise ConfigError(f"sweep strategies --scale paper: {cfg.workload} needs {first} "
+                              f"at its paper size ({paper_blocks:,} blocks) and does not fit "
+                              f"even at 1/{round(1 / f)}; free space, choose a smaller "
+                              "engine or strategy list, or give --force")
+        f /= 2
+
+
+def _choose_cap(cfg: SweepConfig, workload_options: dict, cache: int, quiet: bool):
+    """The paper's cap rule (or the saved choice in ``cap_cache``)."""
+    caprule = _caprule()
+    strategy_options = {"sarp": _sarp_base(cfg),
+                        CAPPED: dict(cfg.strategy_options.get(CAPPED, {}))}
+    key = dict(workload=cfg.workload, workload_options=workload_options, engine=cfg.engine,
+               entries=cfg.cap_entries, engine_options=cfg.engine_options,
+               strategy_options=strategy_options)
+    if cfg.cap_cache and os.path.exists(cfg.cap_cache):
+        choice = caprule.load_choice(cfg.cap_cache, **key)
+        if choice is not None:
+            return choice
+    choice = caprule.choose_cap(recoveries=cfg.cap_recoveries, cache_bytes=cache, quiet=quiet,
+                                **key)
+    if cfg.cap_cache:
+        caprule.save_choice(cfg.cap_cache, choice)
+    return choice
 
 
 def run_sweep(cfg: SweepConfig, *, quiet: bool = True) -> SweepResult:
-    """Run every setting of ``cfg`` one after the other (one request thread)."""
-    workload = _make_workload(cfg)
+    """Every setting of ``cfg``, ``repeat`` times at each thread count, one after the
+    other (repeat-major); at paper scale each run loads, then times the run phase."""
+    paper = counting = None
     sizing = None
     cache = cfg.cache_bytes
-    if cfg.cache_rule == "paper":
-        sizing = size_store(cfg, workload, quiet=quiet)
-        cache = sizing.cache_bytes
-    settings = plan(cfg)
-    rows = []
-    for i, s in enumerate(settings, 1):
-        rows.append(run_setting(cfg, s, workload, cache, quiet=quiet,
-                                desc=f"[{i}/{len(settings)}] {s.label}"))
-    return SweepResult(cfg, rows, sizing, cache)
+    if cfg.scale == "paper":
+        paper = paper_size(cfg)
+        workload = get_registry().get("workload", cfg.workload).factory(
+            **paper.workload_options)
+        total = len(workload)
+        if cfg.run_requests > total:
+            raise ConfigError(f"option --run-requests: {cfg.run_requests:,} is more than the "
+                              f"trace's {total:,} requests")
+        counting = count_pass(workload, quiet=quiet)
+        if cfg.run_requests > counting.requests:
+            raise ConfigError(f"option --run-requests: {cfg.run_requests:,} is more than the "
+                              f"trace's {counting.requests:,} requests")
+        paper.requests, paper.unique_blocks = counting.requests, counting.unique_blocks
+        paper.run_requests = cfg.run_requests
+        paper.load_requests = counting.requests - cfg.run_requests
+        if cfg.cache_rule == "paper":
+            logical = counting.unique_blocks * (KEY_BYTES + META_SIZE)
+            cache = int(round(cfg.cache_fraction * logical))
+            sizing = Sizing(counting.unique_blocks, logical, None, cache)
+        wl_options = paper.workload_options
+    else:
+        workload = _make_workload(cfg)
+        if cfg.cache_rule == "paper":
+            sizing = size_store(cfg, workload, quiet=quiet)
+            cache = sizing.cache_bytes
+        wl_options = cfg.workload_options
+    choice = None
+    if cfg.cap_rule == "paper":
+        choice = _choose_cap(cfg, wl_options, cache, quiet)
+    settings = plan(cfg, cap_fraction=choice.fraction if choice is not None else None)
+    runs = []
+    total_runs = cfg.repeat * len(cfg.threads) * len(settings)
+    k = 0
+    for rep in range(cfg.repeat):
+        for t in cfg.threads:
+            for s in settings:
+                k += 1
+                runs.append(run_setting(
+                    cfg, s, workload, cache, quiet=quiet, desc=f"[{k}/{total_runs}] {s.label}",
+                    threads=t, counting=counting,
+                    load_requests=paper.load_requests if paper else 0, repeat=rep))
+    first = [r for r in runs if r.repeat == 0 and r.threads == cfg.threads[0]]
+    return SweepResult(cfg, first, sizing, cache, all_rows=runs, paper=paper,
+                       cap_choice=choice)
+
+
+def _stats(vals) -> tuple:
+    vals = [v for v in vals if v is not None and not math.isnan(v)]
+    if not vals:
+        return (math.nan, math.nan, math.nan)
+    return (statistics.median(vals), min(vals), max(vals))
 
 
 # ----------------------------------------------------------------------------- tables
@@ -484,23 +1045,78 @@ def _conditions(res: SweepResult) -> str:
     wl = cfg.workload
     if cfg.workload_options:
         wl += f" ({', '.join(f'{k}={v}' for k, v in cfg.workload_options.items())})"
+    if res.paper is not None:
+        p = res.paper
+        wl = cfg.workload + " (" + ", ".join(f"{k}={v}" for k, v in
+                                             p.workload_options.items()) + ")"
     reqs = f"{rows[0].result.requests:,} requests" + (f" (--limit {cfg.limit})" if cfg.limit
                                                       else "")
-    parts = [f"workload {wl}", reqs,
-             "one request thread"]
+    if res.paper is not None:
+        reqs += " timed"
+    counts = cfg.threads
+    threads = ("one request thread" if counts == (1,) else
+               "request threads " + ", ".join(map(str, counts)) + " (ratios at "
+               f"{counts[0]})")
+    parts = [f"workload {wl}", reqs, threads]
+    if cfg.repeat > 1:
+        parts.append(f"{cfg.repeat} repeats (median, min-max)")
     line2 = f"engine {cfg.engine}, direct I/O {'on' if cfg.direct_io else 'off'}, " \
             f"durability {cfg.durability}, cache {fmt_bytes(res.cache_bytes)}"
     if res.sizing is not None:
         s = res.sizing
+        where = ("counted from the trace, no sizing replay" if s.disk_bytes is None
+                 else f"{fmt_bytes(s.disk_bytes)} on disk")
         line2 += (f" = {cfg.cache_fraction:.0%} of ssd-blockhash's logical store "
                   f"({s.entries:,} entries x {KEY_BYTES + META_SIZE} B = "
-                  f"{fmt_bytes(s.logical_bytes)}; {fmt_bytes(s.disk_bytes)} on disk)")
+                  f"{fmt_bytes(s.logical_bytes)}; {where})")
     if not stored:
         line2 += " (no setting uses the engine)"
     sarp = [r.setting.options for r in rows if r.setting.strategy == "sarp"]
     if sarp:
         line2 += f"; sarp backfill={sarp[0].get('backfill', cfg.backfill)}"
-    return ", ".join(parts) + "\n" + line2
+    out = ", ".join(parts) + "\n" + line2
+    if res.paper is not None:
+        p = res.paper
+        out += (f"\nscale paper: {p.fraction_text} of {cfg.workload} "
+                f"({p.paper_blocks:,} blocks in the paper, section 6.1) -> "
+                f"{p.unique_blocks:,} unique blocks in {p.requests:,} requests; load phase "
+                f"{p.load_requests:,} requests untimed (bulk insert_known_prefix), run phase "
+                f"the last {p.run_requests:,} timed (match, then insert); the oracle "
+                f"shadows both")
+        if p.fraction < 1:
+            out += (f"\n  (the full size does not fit here, by the pre-flight estimate; "
+                    f"this fraction needs about {_gib(p.disk_need)} of disk and "
+                    f"{_gib(p.memory_need)} of memory; --force runs the full size)")
+    return out
+
+
+def _gib(n: float) -> str:
+    from prefixbench.harness.preflight import fmt_gib
+    return fmt_gib(n)
+
+
+def _spread_text(st: tuple, fmt) -> str:
+    """``median (min-max)``, or just the value when every repeat agrees."""
+    med, lo, hi = st
+    if math.isnan(med):
+        return "-"
+    if lo == hi:
+        return fmt(med)
+    return f"{fmt(med)} ({fmt(lo)}-{fmt(hi)})"
+
+
+def calibration(res: SweepResult) -> list:
+    """sarp's Table 4 figures beside the paper's: ``(figure, ours, paper, within)``."""
+    paper = PAPER_TABLE4.get(res.config.workload)
+    sarp = [r for r in res.rows if r.setting.strategy == "sarp"]
+    if paper is None or not sarp:
+        return []
+    out = []
+    for name, want in zip(TABLE4_FIGURES, paper):
+        got = sarp[0].stats.get(name)
+        ok = got is not None and abs(got - want) <= CALIBRATION_TOLERANCE * want
+        out.append((name, got, want, ok))
+    return out
 
 
 def _retrieval_table(res: SweepResult) -> str:
@@ -585,32 +1201,117 @@ def _strategies_table(res: SweepResult) -> str:
     rows = []
     for r in res.rows:
         x = r.result
-        rows.append((r.setting.label, f"{x.throughput:,.0f}", _ratio(res.throughput_ratio(r)),
-                     fmt_seconds(x.latency("match")), _ratio(res.latency_ratio(r, "match")),
-                     fmt_seconds(x.latency("insert")), _ratio(res.latency_ratio(r, "insert")),
-                     _pct(r.loss), x.false_hits, _num(x.reads_per_match),
-                     _num(r.memory_bytes_per_block),
+        label = r.setting.label
+        runs = res.runs(label)
+
+        def med(fn, fmt):
+            return _spread_text(_stats([fn(k) for k in runs]), fmt)
+        rows.append((label, med(lambda k: k.result.throughput, lambda v: f"{v:,.0f}"),
+                     _spread_text(res.spread(label, lambda a, b: _safe_div(
+                         a.result.throughput, b.result.throughput)), _ratio),
+                     med(lambda k: k.result.latency("match"), fmt_seconds),
+                     _spread_text(res.spread(label, lambda a, b: _safe_div(
+                         b.result.latency("match"), a.result.latency("match"))), _ratio),
+                     med(lambda k: k.result.latency("insert"), fmt_seconds),
+                     _spread_text(res.spread(label, lambda a, b: _safe_div(
+                         b.result.latency("insert"), a.result.latency("insert"))), _ratio),
+                     med(lambda k: k.loss, _pct),
+                     sum(k.result.false_hits for k in res.all_rows if k.setting.label == label),
+                     _num(x.reads_per_match), _num(r.memory_bytes_per_block),
                      "-" if r.engine_cache_bytes is None else fmt_bytes(r.engine_cache_bytes)))
-    out = [f"strategies side by side (paper section 6.2)\n{_conditions(res)}\n",
-           format_table(header, rows),
-           f"\n{ref} ÷ it: {ref}'s request throughput over this strategy's; match/insert ÷ "
-           f"{ref}: this strategy's mean latency over {ref}'s.  mem B/block: in-memory bytes "
-           f"(sarp: routing directory) per unique indexed block ({res.rows[0].indexed_blocks:,})."]
+    out = []
+    if res.cap_choice is not None:
+        out.append(res.cap_choice.line())
+    out += [f"strategies side by side (paper section 6.2)\n{_conditions(res)}\n",
+            format_table(header, rows),
+            f"\n{ref} ÷ it: {ref}'s request throughput over this strategy's; match/insert ÷ "
+            f"{ref}: this strategy's mean latency over {ref}'s.  mem B/block: in-memory bytes "
+            f"(sarp: routing directory) per unique indexed block "
+            f"({res.rows[0].indexed_blocks:,}).  false hits: over every run."
+            + ("  With repeats a ratio is taken within each repeat; cells show the median "
+               "(min-max)." if res.config.repeat > 1 else "")]
+    opts = [(r.setting.label, ", ".join(f"{k}={v}" for k, v in r.setting.options.items())
+             or "(defaults)") for r in res.rows]
+    out.append("\noptions of each strategy\n" + format_table(("strategy", "options"), opts))
+    if res.config.threaded and len(res.config.threads) > 1:
+        out.append(_threads_table(res))
     sarp = [r for r in res.rows if r.setting.strategy == "sarp"]
     if sarp:
         s = sarp[0].stats
-        t4 = [("candidates per routing entry before filtering",
-               _num(s["candidates_before_filtering"])),
-              ("candidates after filtering", _num(s["candidates_after_filtering"])),
-              ("candidates actually retrieved", _num(s["candidates_retrieved"])),
-              ("segment retrievals per query", _num(s["retrievals_per_query"], 3)),
-              ("routing entries", f"{s['entries']:,}"),
-              ("routing bytes (per indexed block)",
-               f"{sarp[0].memory_bytes:,} ({_num(sarp[0].memory_bytes_per_block)} B/block)"),
-              ("segments (copied, extended in place)",
-               f"{s['segments']:,} ({s['segments_copied']:,}, {s['segments_extended']:,})")]
-        out.append("\nsarp, paper Table 4\n" + format_table(("figure", "value"), t4))
+        cal = {name: (want, ok) for name, _got, want, ok in calibration(res)}
+
+        def t4(name, label, digits=2):
+            row = [label, _num(s.get(name), digits)]
+            if cal:
+                want, ok = cal.get(name, (None, None))
+                row += ["-" if want is None else _num(want),
+                        "-" if ok is None else ("yes" if ok else "NO")]
+            return tuple(row)
+        rows4 = [t4("candidates_before_filtering",
+                    "candidates per routing entry before filtering"),
+                 t4("candidates_after_filtering", "candidates after filtering"),
+                 t4("candidates_retrieved", "candidates actually retrieved"),
+                 t4("retrievals_per_query", "segment retrievals per query", 3)]
+        extra = [("routing entries", f"{s['entries']:,}"),
+                 ("routing bytes (per indexed block)",
+                  f"{sarp[0].memory_bytes:,} ({_num(sarp[0].memory_bytes_per_block)} B/block)"),
+                 ("segments (copied, extended in place)",
+                  f"{s['segments']:,} ({s['segments_copied']:,}, {s['segments_extended']:,})")]
+        pad = ("", "") if cal else ()
+        rows4 += [(a, b, *pad) for a, b in extra]
+        head = ("figure", "value") + (("paper", f"within {CALIBRATION_TOLERANCE:.0%}")
+                                      if cal else ())
+        scale = (f"--scale {res.config.scale}, {res.rows[0].indexed_blocks:,} indexed blocks")
+        out.append(f"\nsarp, paper Table 4 (at {scale})\n" + format_table(head, rows4))
     return "\n".join(out)
+
+
+def _safe_div(a: float, b: float) -> float:
+    return a / b if b else math.inf
+
+
+def karp_flatt(speedup: float, p: int) -> float:
+    """The measured serial fraction ``e = (1/s - 1/p) / (1 - 1/p)`` (Karp-Flatt)."""
+    from prefixbench.harness.scaling import karp_flatt as kf
+    return kf(speedup, p)
+
+
+def _threads_table(res: SweepResult) -> str:
+    import os as _os
+    cfg = res.config
+    base = cfg.threads[0]
+    header = ["strategy"] + [f"req/s @{t}" for t in cfg.threads]
+    more = [t for t in cfg.threads if t > base]
+    for t in more:
+        header += [f"speedup {t}/{base}", f"serial frac @{t}", f"Amdahl bound @{t}"]
+    rows = []
+    for r in res.rows:
+        label = r.setting.label
+        row = [label]
+        for t in cfg.threads:
+            row.append(_spread_text(_stats([k.result.throughput for k in res.runs(label, t)]),
+                                    lambda v: f"{v:,.0f}"))
+        for t in more:
+            st = res.speedup(label, t)
+            p = t / base
+            e = tuple(karp_flatt(v, p) for v in st) if not math.isnan(st[0]) else st
+            row += [_spread_text(st, lambda v: f"{v:.2f}x"),
+                    _num(e[0], 3) if not math.isnan(e[0]) else "-",
+                    _amdahl(e[0])]
+        rows.append(tuple(row))
+    cores = _os.cpu_count() or 1
+    return (f"\nrequest threads side by side (paper Fig. 11): the paper ran "
+            f"{PAPER_REQUEST_THREADS} request threads and {PAPER_ROCKSDB_THREADS} RocksDB "
+            f"threads; this machine has {cores} cores.  Every count ran on the request-thread "
+            f"path (throughput = requests / wall time).\n"
+            + format_table(tuple(header), rows)
+            + "\nserial frac: Karp-Flatt e = (1/s - 1/p) / (1 - 1/p) from the median speedup "
+              "s at p times the threads; Amdahl bound: 1/e, the most any thread count gives.")
+
+
+def _amdahl(e: float) -> str:
+    from prefixbench.harness.scaling import amdahl_text
+    return amdahl_text(e)
 
 
 # ----------------------------------------------------------------------------- pyperf
@@ -636,38 +1337,81 @@ def _prefixed(bench, prefix: str):
     return pyperf_io.renamed(bench, f"{prefix}-{bench.get_name()}")
 
 
+def _scalar_metadata(d: dict) -> dict:
+    """pyperf metadata values are strings or numbers: anything else as JSON."""
+    return {k: v if isinstance(v, (str, int, float)) and not isinstance(v, bool)
+            else json.dumps(v, default=str) for k, v in d.items()}
+
+
+def _sweep_metadata(res: SweepResult) -> dict:
+    """What every benchmark of the sweep shares: scale, phases, the cap choice."""
+    md = {"scale": res.config.scale, "repeats": res.config.repeat}
+    if res.paper is not None:
+        p = res.paper
+        md.update({"paper_fraction": p.fraction, "paper_blocks": p.paper_blocks,
+                   "load_requests": p.load_requests, "run_requests": p.run_requests,
+                   "unique_blocks": p.unique_blocks})
+    if res.cap_choice is not None:
+        md.update(_scalar_metadata(res.cap_choice.metadata()))
+    return md
+
+
+def _merge(benches: list) -> list:
+    """Benchmarks of the same name (one per repeat) as one benchmark with every run."""
+    import pyperf
+    by: dict = {}
+    for b in benches:
+        by.setdefault(b.get_name(), []).append(b)
+    out = []
+    for group in by.values():
+        if len(group) == 1:
+            out.append(group[0])
+        else:
+            out.append(pyperf.Benchmark([run for b in group for run in b.get_runs()]))
+    return out
+
+
+def setting_name(row: Row) -> str:
+    """A run's benchmark-name prefix: the setting, plus ``-threads-N`` above one thread."""
+    return row.setting.label if row.threads == 1 else f"{row.setting.label}-threads-{row.threads}"
+
+
 def _suites(res: SweepResult) -> tuple[list, list]:
     cfg = res.config
     times, counts = [], []
-    for r in res.rows:
+    shared = _sweep_metadata(res)
+    for r in res.all_rows:
         s = r.setting
+        label = setting_name(r)
         config = {**cfg.describe(), "setting": s.label, "strategy_options": s.options,
                   "cache_bytes": r.engine_cache_bytes}
         md = pyperf_io.run_metadata(s.strategy, cfg.engine if r.engine_cache_bytes is not None
                                     else None, cfg.workload, config)
-        md.update({"sweep": cfg.kind, "setting": s.label})
+        md.update({"sweep": cfg.kind, "setting": s.label, **shared})
+        md.update({"threads": r.threads, "repeat": r.repeat})
         if r.engine_cache_bytes is not None:
             md["cache_bytes"] = r.engine_cache_bytes
         t, c = pyperf_io.replay_suites(r.result, md)
-        times += [_prefixed(b, s.label) for b in t]
-        c = [_prefixed(b, s.label) for b in c]
+        times += [_prefixed(b, label) for b in t]
+        c = [_prefixed(b, label) for b in c]
         have = {b.get_name() for b in c}
         for name, unit, f in _SWEEP_COUNTS:
-            full = f"{s.label}-{name}"
+            full = f"{label}-{name}"
             if full not in have:
                 b = pyperf_io._one_shot(full, unit, f(r), md)
                 if b is not None:
                     c.append(b)
         if cfg.kind == "space":
             for name, unit, f in _SPACE_COUNTS:
-                b = pyperf_io._one_shot(f"{s.label}-{name}", unit, f(res, r), md)
+                b = pyperf_io._one_shot(f"{label}-{name}", unit, f(res, r), md)
                 if b is not None:
                     c.append(b)
         counts += c
+    times, counts = _merge(times), _merge(counts)
     if res.sizing is not None:
         md = pyperf_io.run_metadata("ssd-blockhash", cfg.engine, cfg.workload,
                                     {**cfg.describe(), "setting": "sizing"})
-        md.update({"sweep": cfg.kind, "setting": "sizing"})
+        md.update({"sweep": cfg.kind, "setting": "sizing", **shared})
         for name, unit, v in (("sizing-ssd-blockhash-entries", "integer", res.sizing.entries),
                               ("sizing-ssd-blockhash-logical-bytes", "byte",
                                res.sizing.logical_bytes),
