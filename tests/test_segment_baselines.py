@@ -705,7 +705,7 @@ def test_capped_crashtest_with_a_binding_cap_loses_nothing(monkeypatch):
     monkeypatch.setitem(crashtest.CRASH_OPTIONS, "segment-radix-capped",
                         {"cap_nodes": 4, "S": 8})
     spec = CrashSpec(strategies=["segment-radix-capped"], engines=["lmdb"], iterations=3,
-                     seed=40, snapshot_every=7, max_kill_ms=900)
+                     seed=40, snapshot_every=7, max_kill_ms=3000)
     (row,) = run_crashtest(spec)
     assert row["lost"] == 0 and row["false"] == 0 and row["recovery_failures"] == 0, row
     assert row["acked"] > 0
