@@ -42,7 +42,9 @@ never evicted under the walk.  Spilling moves data, never drops it: the capped
 tree answers exactly like the uncapped one.  ``cap_fraction=f`` (0 < f <= 1)
 sets the budget as a share of the tree instead, applied as it grows:
 ``max(1, ceil(f * nodes so far))``; it overrides ``cap_nodes``, and 0 (the
-default) leaves ``cap_nodes`` in charge.
+default) leaves ``cap_nodes`` in charge.  A snapshot holds the resident nodes
+only and recovery reads spilled ones on demand, so recovery time follows the
+budget (the design is under "durability" below).
 
 ``memory_bytes`` is the size of this design's compact node layout (per
 resident node a 40-byte record - first, last, segment id, start, length,
@@ -169,6 +171,7 @@ class _NodeTable:
         self.store = store
         self.cap = cap                      # 0: everything stays in memory
         self.fraction = fraction            # > 0: the budget is this share of count
+        self.capped = bool(cap or fraction)
         self.root = _Node(0, 0, 0, 0, 0)
         self.resident: OrderedDict[int, _Node] = OrderedDict()
         self.count = 0                      # nodes below the root
@@ -176,10 +179,6 @@ class _NodeTable:
         self.spill_reads = 0
         self.spill_writes = 0
         self.corrupt = 0
-
-    @property
-    def capped(self) -> bool:
-        return bool(self.cap or self.fraction)
 
     def budget(self) -> int:
         """Resident nodes allowed now (0: no cap)."""
