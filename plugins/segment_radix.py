@@ -482,11 +482,13 @@ class SegmentRadixStrategy(IndexStrategy):
     # * every node the snapshot does not hold has a spill record (evicting a
     #   dirty node writes it), and the snapshot syncs the engine before it is
     #   published;
-    # * a spill record is only ever overwritten by a later state of the same
-    #   node, and a later state covers everything the earlier one reached: a
-    #   node keeps its first block and start depth forever, a split moves the
-    #   lower part of its edge and its children into a new node it names, a
-    #   leaf only grows, children are only added;
+    # * a spill record is only ever replaced by a state of the same node at
+    #   least as new as the one any usable snapshot saw (a recovered instance
+    #   descends from the snapshot it loaded), and a newer state covers
+    #   everything an older one reached: a node keeps its first block and start
+    #   depth forever, a split moves the lower part of its edge and its
+    #   children into a new node it names, a leaf only grows, children are only
+    #   added;
     # * a record never names a node without a record: the batch that writes a
     #   node first writes each resident child that has none (batches are
     #   atomic), so a crash cannot leave a dangling child id;
