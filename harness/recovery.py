@@ -280,7 +280,7 @@ def fmt_count(n: int) -> str:
     if n >= 10 ** 6:
         mant, _, exp = f"{n:.2e}".partition("e")
         mant = mant.rstrip("0").rstrip(".")
-        if float(f"{mant}e{exp}") == n:
+        if abs(float(f"{mant}e{exp}") - n) <= n * 1e-12:     # exact to float precision
             return f"{mant}e{int(exp)}"
     return f"{n:,}"
 

@@ -437,14 +437,14 @@ def _cap_config(cfg: SweepConfig, rule, entries, recoveries, cache) -> None:
     cfg.cap_rule = rule
     given = [o for o, v in (("--cap-entries", entries), ("--cap-recoveries", recoveries),
                             ("--cap-cache", cache)) if v is not None]
+    if given and not runs_capped:
+        raise ConfigError(f"option {given[0]}: this sweep does not run {CAPPED}")
     if rule == "fixed":
         if given:
             raise ConfigError(f"option {given[0]}: only --cap-rule paper chooses a cap")
         return
     if not runs_capped:
         cfg.cap_rule = "fixed"      # nothing to cap: the rule has no effect
-        if given:
-            raise ConfigError(f"option {given[0]}: this sweep does not run {CAPPED}")
         return
     mine = cfg.strategy_options.get(CAPPED, {})
     for opt in ("cap_nodes", "cap_fraction"):

@@ -224,3 +224,19 @@ def test_status_line_shows_p99_so_far(tmp_path):
                          "--no-runner", "--status", "0.000001"], tmp_path)
     assert p.returncode == 0, p.stderr
     assert "match p99" in p.stderr and "false hits 0" in p.stderr
+
+
+def test_sweep_and_recover_help_name_the_new_options(run_cli):
+    import contextlib
+    import io
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf), pytest.raises(SystemExit):
+        run_cli("sweep", "--help")
+    text = buf.getvalue()
+    for opt in ("--scale", "--run-requests", "--repeat", "--threads", "--force", "--cap-rule",
+                "--cap-entries", "--cap-recoveries", "--cap-cache", "--breakdown"):
+        assert opt in text, opt
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf), pytest.raises(SystemExit):
+        run_cli("recover", "--help")
+    assert "--force" in buf.getvalue()

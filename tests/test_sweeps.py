@@ -249,3 +249,316 @@ def test_make_config_raises_config_error():
     with pytest.raises(ConfigError, match="unknown kind"):
         sweeps.make_config("fig9", workload="codeact")
     assert sweeps.parse_budgets("3, unlimited,1") == (3, 0, 1)
+
+
+# ----------------------------------------------------------------------------- paper scale
+@pytest.fixture
+def small_paper(monkeypatch):
+    """codeact's paper size shrunk to 20,000 blocks (about 1,200 requests), free space
+    unlimited: the real sizes take hours."""
+    from prefixbench.harness import preflight
+    from prefixbench.workloads import profiles
+    monkeypatch.setitem(profiles.PAPER_BLOCKS, "codeact", 20_000)
+    monkeypatch.setattr(preflight, "free_space", lambda d: preflight.Free(1e18, 1e18))
+
+
+def test_paper_scale_loads_then_times_the_last_requests(small_paper, monkeypatch):
+    """The load phase goes through insert_known_prefix with the counting pass's
+    prefix counts; the run phase times exactly --run-requests; the oracle saw both."""
+    from prefixbench.plugins.registry import get_registry
+
+    cls = get_registry().get("strategy", "ssd-blockhash").factory
+    calls = []
+    real = cls.insert_known_prefix
+
+    def spy(self, ids, metas, known):
+        calls.append((len(ids), known))
+        return real(self, ids, metas, known)
+    monkeypatch.setattr(cls, "insert_known_prefix", spy)
+    cfg = sweeps.make_config("strategies", workload="codeact", engine="lmdb", scale="paper",
+                             run_requests="100", strategies="sarp,ssd-blockhash",
+                             cap_rule="fixed")
+    res = sweeps.run_sweep(cfg)
+    p = res.paper
+    assert p.fraction == 1.0 and p.run_requests == 100
+    assert p.load_requests == p.requests - 100 > 0
+    assert abs(p.unique_blocks - 20_000) < 2_000          # about the (shrunk) paper size
+    assert len(calls) == p.load_requests
+    assert any(known > 0 for _n, known in calls) and all(k <= n for n, k in calls)
+    for r in res.rows:
+        assert r.result.requests == 100 and r.load_requests == p.load_requests
+        assert r.result.false_hits == 0 and r.loss >= 0
+        assert r.indexed_blocks == p.unique_blocks       # the oracle shadowed the load too
+        assert r.result.oracle_hit_tokens > 0
+    # the cache rule needs no sizing replay: 10% of unique blocks x 24 B
+    assert res.sizing.disk_bytes is None and res.sizing.entries == p.unique_blocks
+    assert res.cache_bytes == round(0.1 * p.unique_blocks * 24)
+    assert all(r.engine_cache_bytes == res.cache_bytes for r in res.rows)
+    table = res.table()
+    assert "scale paper: the full paper size of codeact" in table
+    assert "load phase" in table and "the last 100 timed" in table
+    assert "at --scale paper" in table
+    _times, counts = res.suites()
+    md = counts[0].get_metadata()
+    assert md["scale"] == "paper" and md["run_requests"] == 100
+    assert md["load_requests"] == p.load_requests
+
+
+def test_paper_scale_threads_are_checked_against_the_loaded_oracle(small_paper):
+    cfg = sweeps.make_config("strategies", workload="codeact", engine="lmdb", scale="paper",
+                             run_requests="80", strategies="sarp,ssd-blockhash",
+                             cap_rule="fixed", threads="1,2")
+    res = sweeps.run_sweep(cfg)
+    assert {(r.setting.label, r.threads) for r in res.all_rows} == {
+        ("sarp", 1), ("sarp", 2), ("ssd-blockhash", 1), ("ssd-blockhash", 2)}
+    for r in res.all_rows:
+        assert r.result.requests == 80 and r.result.false_hits == 0
+        assert r.result.oracle_hit_tokens >= r.result.hit_tokens > 0
+        assert r.indexed_blocks == res.paper.unique_blocks
+
+
+def test_check_threaded_counts_false_hits():
+    """A recorded answer with metadata the oracle does not hold is a false hit."""
+    import numpy as np
+
+    from prefixbench.harness.metas import make_metas
+    from prefixbench.harness.replay import ReplayResult
+    from prefixbench.plugins.radix import RadixStrategy
+    from prefixbench.plugins.strategy import Match
+    from prefixbench.workloads.model import Request
+
+    ids = np.arange(1, 9, dtype=np.uint64)
+    req = Request(0, 0, ids[:4], ids, 64)
+    oracle = RadixStrategy(meta_size=16)
+    oracle.insert(ids, make_metas(ids, 0, 16))
+    good = Match(4, make_metas(ids[:4], 0, 16))
+    bad = Match(4, make_metas(ids[:4], 5, 16))
+    res = ReplayResult()
+    sweeps.check_threaded(res, [req], [good], oracle, 16)
+    assert res.false_hits == 0 and res.oracle_hit_tokens == 64
+    oracle = RadixStrategy(meta_size=16)
+    oracle.insert(ids, make_metas(ids, 0, 16))
+    sweeps.check_threaded(res, [req], [bad], oracle, 16)
+    assert res.false_hits == 4
+
+
+def test_run_requests_beyond_the_trace_is_one_line(small_paper, run_cli):
+    from prefixbench.harness.bench import make_workload
+    from prefixbench.workloads.profiles import paper_workload_options
+    n = len(make_workload("codeact", paper_workload_options("codeact", 1.0)))
+    code, out, err = run_cli("sweep", "strategies", "-w", "codeact", "-e", "lmdb",
+                             "--scale", "paper", "--cap-rule", "fixed", "--run-requests",
+                             str(n + 1))
+    _one_line_error(code, err, "--run-requests", f"{n + 1:,}", f"trace's {n:,} requests")
+    assert out == ""
+
+
+# ----------------------------------------------------------------------------- repeats, threads
+def test_repeats_and_threads_side_by_side():
+    cfg = _cfg("strategies", strategies="sarp,ssd-blockhash", repeat=2, threads="1,2")
+    assert cfg.threads == (1, 2) and cfg.repeat == 2 and cfg.threaded
+    res = sweeps.run_sweep(cfg)
+    assert len(res.all_rows) == 2 * 2 * 2
+    assert [r.setting.label for r in res.rows] == ["sarp", "ssd-blockhash"]
+    assert all(r.repeat == 0 and r.threads == 1 for r in res.rows)
+    for r in res.all_rows:
+        assert r.result.threads == r.threads and r.result.false_hits == 0
+    # the speedup is the median over repeats of each repeat's 2-thread / 1-thread throughput
+    ones = {r.repeat: r.result.throughput for r in res.runs("sarp", 1)}
+    twos = [r.result.throughput / ones[r.repeat] for r in res.runs("sarp", 2)]
+    med, lo, hi = res.speedup("sarp", 2)
+    assert med == pytest.approx(sum(twos) / 2) and (lo, hi) == (min(twos), max(twos))
+    ratios = [a.result.throughput / b.result.throughput
+              for a, b in zip(res.runs("sarp"), res.runs("ssd-blockhash"))]
+    assert res.spread("ssd-blockhash", lambda a, b: a.result.throughput
+                      / b.result.throughput)[1:] == (min(ratios), max(ratios))
+    table = res.table()
+    assert "2 repeats (median, min-max)" in table
+    assert "request threads side by side" in table and "42 request threads" in table
+    assert "14 RocksDB threads" in table and "cores" in table
+    assert "speedup 2/1" in table and "serial frac @2" in table and "Amdahl bound @2" in table
+    times, counts = res.suites()
+    names = {b.get_name(): b for b in times + counts}
+    one = names["sarp-match-latency-mean"]
+    assert len(one.get_runs()) == 2                        # every repeat's value is kept
+    assert [r.get_metadata()["repeat"] for r in one.get_runs()] == [0, 1]
+    assert names["sarp-threads-2-match-latency-mean"].get_runs()[0].get_metadata()[
+        "threads"] == 2
+
+
+def test_karp_flatt():
+    from prefixbench.harness.scaling import amdahl_text, karp_flatt
+    assert karp_flatt(1.6, 2) == pytest.approx(0.25)
+    assert amdahl_text(karp_flatt(1.6, 2)) == "4.00x"
+    assert karp_flatt(2.0, 2) == pytest.approx(0.0) and amdahl_text(0.0) == "unbounded"
+    assert karp_flatt(0.75, 2) == pytest.approx((1 / 0.75 - 0.5) / 0.5)
+    assert karp_flatt(1.0, 1) != karp_flatt(1.0, 1)      # nan: no parallelism to measure
+
+
+def test_scale_prints_serial_fraction(run_cli):
+    code, out, err = run_cli("--quiet", "scale", "-s", "dram-blockhash", "-w", "codeact",
+                             "-W", "sessions=10", "--threads", "1,2")
+    assert code == 0, err
+    assert "serial frac" in out and "Amdahl bound" in out and "Karp-Flatt" in out
+
+
+# ----------------------------------------------------------------------------- cap rule
+def _fake_choice(fraction=0.25):
+    from prefixbench.harness.caprule import CapChoice
+    return CapChoice(fraction=fraction, nodes=12, total_nodes=48, sarp_s=[0.1] * 5,
+                     capped_s=[0.15] * 5, sarp_median=0.1, capped_median=0.15, ratio=1.5,
+                     in_band=True, entries=10 ** 7, workload="codeact", engine="lmdb",
+                     steps=[(fraction, 0.15, 1.5)])
+
+
+@pytest.fixture
+def fake_cap(monkeypatch):
+    """choose_cap stands in for the slow search; records how it was called."""
+    from prefixbench.harness import caprule
+    calls = []
+
+    def choose(**kw):
+        calls.append(kw)
+        c = _fake_choice()
+        c.workload_options = kw["workload_options"]
+        c.engine_options = kw["engine_options"]
+        c.strategy_options = kw["strategy_options"]
+        return c
+    monkeypatch.setattr(caprule, "choose_cap", choose)
+    return calls
+
+
+def test_cap_rule_paper_applies_the_chosen_fraction(fake_cap, tmp_path, run_cli):
+    out = tmp_path / "s.json"
+    code, stdout, err = run_cli("--quiet", "sweep", "strategies", "-w", "codeact", "-W",
+                                "sessions=20", "-e", "lmdb", "--strategies",
+                                "sarp,segment-radix-capped", "-o", out)
+    assert code == 0, err
+    (call,) = fake_cap
+    assert call["entries"] == 10 ** 7 and call["recoveries"] == 5
+    assert call["engine"] == "lmdb" and call["workload"] == "codeact"
+    assert call["workload_options"] == {"sessions": "20"}
+    assert call["strategy_options"]["sarp"]["backfill"] == "sync"
+    line = _fake_choice().line()
+    assert stdout.splitlines()[0] == line                 # above the table
+    assert "recovery ratio 1.50x" in line
+    import pyperf
+    suite = pyperf.BenchmarkSuite.load(str(out))
+    md = suite.get_benchmark("segment-radix-capped-match-latency-mean").get_metadata()
+    assert md["cap_fraction"] == 0.25 and md["cap_recovery_ratio"] == 1.5
+    assert json.loads(md["config"])["strategy_options"]["cap_fraction"] == 0.25
+    assert md["cap_rule"] == line
+
+
+def test_cap_rule_cache_reuses_a_saved_choice(fake_cap, tmp_path):
+    cache = tmp_path / "cap.json"
+    kw = dict(strategies="sarp,segment-radix-capped", cap_cache=str(cache))
+    cfg = sweeps.make_config("strategies", workload="codeact", workload_options=TINY,
+                             engine="lmdb", **kw)
+    assert cfg.cap_rule == "paper"
+    first = sweeps.run_sweep(cfg)
+    assert len(fake_cap) == 1 and cache.exists()
+    second = sweeps.run_sweep(cfg)
+    assert len(fake_cap) == 1                          # loaded, not searched again
+    assert second.cap_choice.fraction == first.cap_choice.fraction == 0.25
+    assert second.row("segment-radix-capped").setting.options["cap_fraction"] == 0.25
+
+
+def test_cap_rule_fixed_keeps_cap_nodes(fake_cap):
+    cfg = sweeps.make_config("strategies", workload="codeact", workload_options=TINY,
+                             engine="lmdb", strategies="sarp,segment-radix-capped",
+                             cap_rule="fixed",
+                             strategy_options={"segment-radix-capped:cap_nodes": "64"})
+    opts = {s.label: s.options for s in sweeps.plan(cfg)}
+    assert opts["segment-radix-capped"] == {"cap_nodes": "64"}
+    res = sweeps.run_sweep(cfg)
+    assert fake_cap == [] and res.cap_choice is None
+    # on the memory engine nothing survives a recovery: the default is then fixed
+    assert _cfg("strategies").cap_rule == "fixed"
+
+
+# ----------------------------------------------------------------------------- breakdown, calibration
+def test_breakdown_table_under_the_sweep(run_cli):
+    code, out, err = run_cli("--quiet", "sweep", "strategies", "-w", "codeact", "-W",
+                             "sessions=10", "--strategies", "sarp,dram-blockhash",
+                             "--breakdown")
+    assert code == 0, err
+    head, _, tail = out.partition("where the time goes (paper Fig. 7)")
+    assert "strategies side by side" in head
+    assert "sarp" in tail and "dram-blockhash" in tail and "clock overhead" in tail
+
+
+def test_run_breakdown(run_cli):
+    code, out, err = run_cli("--quiet", "run", "-s", "dram-blockhash", "-w", "codeact", "-W",
+                             "sessions=10", "--no-runner", "--breakdown")
+    assert code == 0, err
+    assert "where the time goes" in out and "clock overhead" in out
+
+
+def test_calibration_against_table4():
+    from types import SimpleNamespace as NS
+    row = NS(setting=NS(strategy="sarp"),
+             stats={"candidates_before_filtering": 59.3 * 1.24,
+                    "candidates_after_filtering": 31.1 * 0.7, "candidates_retrieved": 1.05})
+    res = NS(config=NS(workload="codeact"), rows=[row])
+    cal = {name: (got, want, ok) for name, got, want, ok in sweeps.calibration(res)}
+    assert cal["candidates_before_filtering"][1:] == (59.3, True)
+    assert cal["candidates_after_filtering"][1:] == (31.1, False)
+    assert cal["candidates_retrieved"][2] is True
+    assert sweeps.calibration(NS(config=NS(workload="oasst"), rows=[row])) == []
+    assert set(sweeps.PAPER_TABLE4) == {"codeact", "lmcache-agent", "eabf", "ultrachat"}
+
+
+def test_strategies_table_shows_calibration(strategies):
+    table = strategies.table()
+    assert "at --scale small" in table and "within 25%" in table and "59.30" in table
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--scale", "huge"], "--scale"),
+    (["--run-requests", "100"], "--run-requests"),                       # small scale
+    (["--scale", "paper", "--limit", "10", "-e", "lmdb"], "--limit"),
+    (["--scale", "paper", "-W", "sessions=10", "-e", "lmdb"], "sessions="),
+    (["--scale", "paper", "--run-requests", "0", "-e", "lmdb"], "--run-requests"),
+    (["--scale", "paper", "--run-requests", "lots", "-e", "lmdb"], "--run-requests"),
+    (["--repeat", "0"], "--repeat"),
+    (["--repeat", "101"], "--repeat"),
+    (["--threads", "0"], "--threads"),
+    (["--threads", "1,x"], "--threads"),
+    (["--threads", "1,1"], "twice"),
+    (["--cap-rule", "tenth"], "--cap-rule"),
+    (["--cap-rule", "paper"], "memory"),                                # volatile engine
+    (["-e", "lmdb", "--cap-rule", "fixed", "--cap-entries", "1e7"], "--cap-entries"),
+    (["-e", "lmdb", "--cap-entries", "1e5"], "--cap-entries"),
+    (["-e", "lmdb", "--cap-recoveries", "2"], "--cap-recoveries"),
+    (["-e", "lmdb", "--cap-recoveries", "x"], "--cap-recoveries"),
+    (["-e", "lmdb", "--cap-cache", "/no/such/dir/cap.json"], "--cap-cache"),
+    (["-e", "lmdb", "-S", "segment-radix-capped:cap_nodes=64"], "cap_nodes"),
+    (["-e", "lmdb", "--strategies", "sarp,ssd-blockhash", "--cap-entries", "1e7"],
+     "segment-radix-capped"),
+])
+def test_bad_strategies_options_are_one_line(run_cli, args, needle):
+    code, stdout, err = run_cli("sweep", "strategies", "-w", "codeact", *args)
+    _one_line_error(code, err, needle)
+    assert stdout == ""
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["sweep", "retrieval", "-w", "codeact", "--scale", "paper"], "--scale"),
+    (["sweep", "ablation", "-w", "codeact", "--repeat", "3"], "--repeat"),
+    (["sweep", "space", "-w", "codeact", "--threads", "1,2"], "--threads"),
+    (["sweep", "retrieval", "-w", "codeact", "--cap-rule", "fixed"], "--cap-rule"),
+    (["sweep", "strategies", "-w", "oasst", "--scale", "paper", "-e", "lmdb"], "oasst"),
+])
+def test_options_of_other_kinds_are_one_line(run_cli, args, needle):
+    code, stdout, err = run_cli(*args)
+    _one_line_error(code, err, needle)
+    assert stdout == ""
+
+
+def test_paper_scale_without_paper_sizes_is_one_line(run_cli, monkeypatch):
+    from prefixbench.workloads import profiles
+    monkeypatch.delattr(profiles, "PAPER_BLOCKS")
+    code, stdout, err = run_cli("sweep", "strategies", "-w", "codeact", "--scale", "paper",
+                                "-e", "lmdb")
+    _one_line_error(code, err, "--scale", "no paper sizes")
