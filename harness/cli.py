@@ -139,7 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "Table 5).",
                        epilog="Cache: --cache-rule paper first replays ssd-blockhash on the engine "
                        "and gives every SSD-backed strategy 10%% (--cache-fraction) of its logical "
-                       "store, entries x (8-byte key + 16-byte metadata); it is the default for "
+                       "store, entries x (8-byte key + 16-byte metadata; at --scale paper counted "
+                       "from the trace's unique blocks instead); it is the default for "
                        "'strategies', a fixed --cache-bytes (default 64MiB) for the others. "
                        "-o OUT.json writes pyperf suites with benchmarks named SETTING-FIGURE "
                        "(retrieval-1-match-latency-mean, sarp-insert-latency-mean, ...) and "
