@@ -686,6 +686,66 @@ def test_capped_power_loss_between_write_batches_loses_nothing_acknowledged(
         shutil.rmtree(d, ignore_errors=True)
 
 
+def _live(s, store, inserts, start, crash_at, snap_every, d, acked, with_flight):
+    """Insert ``inserts`` (tags from ``start``) until the store loses power at
+    its ``crash_at``-th batch; returns the in-flight insert's index or None."""
+    store.crash_at = crash_at
+    t = None
+    try:
+        for t, ids in enumerate(inserts, start):
+            with_flight.insert(ids, metas_of(ids, t))
+            s.insert(ids, metas_of(ids, t))
+            acked.insert(ids, metas_of(ids, t))
+            if (t + 1) % snap_every == 0:
+                s.snapshot(d)
+        t = None
+    except _Crash:
+        pass
+    store.crash_at = 0
+    s._log.close()
+    return t
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(seed=st.integers(0, 2**32 - 1), S=st.sampled_from([2, 4]), cap=st.integers(1, 4),
+       snap_every=st.integers(2, 12), crash1=st.integers(1, 150),
+       crash2=st.integers(1, 150), corrupt=st.booleans())
+def test_capped_two_lifetimes_with_power_losses_and_a_corrupt_snapshot(
+        seed, S, cap, snap_every, crash1, crash2, corrupt):
+    """Lose power, recover and keep serving (logging on, the in-flight insert
+    retried), lose power again, maybe find the newest snapshot corrupt: the
+    third instance still has every acknowledged insert and nothing else."""
+    import os
+    import shutil
+    import tempfile
+    from prefixbench.harness import snapshot as snap
+    d = tempfile.mkdtemp(prefix="pb-capped-")
+    try:
+        store = _CrashingStore()
+        opts = {"S": S, "cap_nodes": cap}
+        seqs = _seqs(seed, 70, S)
+        acked, with_flight = RadixStrategy(), RadixStrategy()
+        s = CappedSegmentRadixStrategy(store, opts)
+        s.enable_log(d, sync=False)
+        flight = _live(s, store, seqs[:35], 0, crash1, snap_every, d, acked, with_flight)
+        r = CappedSegmentRadixStrategy.recover(store, d, opts, durable_log=True, quiet=True)
+        if flight is not None:                      # the client retries what was in flight
+            acked.insert(seqs[flight], metas_of(seqs[flight], flight))
+            r.insert(seqs[flight], metas_of(seqs[flight], flight))
+        _live(r, store, seqs[35:], 35, crash2, snap_every, d, acked, with_flight)
+        if corrupt and os.path.exists(snap.snapshot_path(d, previous=True)):
+            os.unlink(snap.snapshot_path(d))
+        r3 = _recover(CappedSegmentRadixStrategy, store, d, opts)
+        for q in seqs + [ids[:len(ids) // 2] for ids in seqs]:
+            got, lo, hi = r3.match(q), acked.match(q), with_flight.match(q)
+            assert lo.n_blocks <= got.n_blocks <= hi.n_blocks
+            assert np.array_equal(got.metas, hi.metas[:got.n_blocks])
+        assert r3.stats()["corrupt_nodes"] == 0
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def test_capped_unreadable_high_water_record_falls_back_to_the_spill_keys(tmp_path):
     store = MemoryStore()
     s = CappedSegmentRadixStrategy(store, {"S": 2, "cap_nodes": 1})
