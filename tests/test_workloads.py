@@ -3,6 +3,7 @@ import gzip
 import os
 import re
 from collections import defaultdict
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -12,8 +13,9 @@ from prefixbench.harness.errors import ConfigError, TraceFormatError
 from prefixbench.workloads import mooncake as mc
 from prefixbench.workloads import synthetic as syn
 from prefixbench.workloads.describe import describe, format_table
-from prefixbench.workloads.model import Session, SessionWorkload, Turn, resolve_parents
-from prefixbench.workloads.profiles import PROFILES, make_profile
+from prefixbench.workloads.model import Session, SessionWorkload, Turn, replay_turns, resolve_parents
+from prefixbench.workloads.profiles import (PAPER_BLOCKS, PROFILES, make_profile,
+                                            paper_workload_options)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MOONCAKE_DIR = os.path.join(os.path.dirname(REPO), "shared", "data", "mooncake-fast25")
@@ -360,6 +362,111 @@ def test_default_profiles_are_calibrated_to_the_paper(name, span_share, candidat
     d = describe(syn.make_synthetic(name))
     assert d["span_share_gt3"] == pytest.approx(span_share, rel=0.1)
     assert d["candidates_per_routing_entry"] == pytest.approx(candidates, rel=0.1)
+
+
+# -- the paper's sizes -------------------------------------------------------------
+
+def _reference_requests(wl):
+    """The replay of :func:`replay_turns` over the session plans (the streamed one's model)."""
+    plans = [wl.plan(i) for i in range(wl.profile.sessions)]
+    return replay_turns([p.parents for p in plans],
+                        lambda i, t: wl.turn_tokens(i, t, plans[i]), wl.block_size, wl.h0)
+
+
+@pytest.mark.parametrize("name", ALL)
+@pytest.mark.parametrize("options", [{}, {"preset": "paper", "sessions": 45},
+                                     {"block_size": 7, "group_sessions": 4}])
+def test_streamed_requests_equal_the_reference_replay(name, options):
+    wl = syn.make_synthetic(name, **{"sessions": 30, **options})
+    got, ref = list(wl.requests()), list(_reference_requests(wl))
+    assert len(got) == len(ref) > 0
+    for a, b in zip(got, ref):
+        assert (a.session, a.turn, a.prompt_tokens) == (b.session, b.turn, b.prompt_tokens)
+        assert np.array_equal(a.match_ids, b.match_ids)
+        assert np.array_equal(a.insert_ids, b.insert_ids)
+
+
+def test_paper_block_counts_follow_the_budgets():
+    # 5, 16, 29 and 362 MiB are 10% of 24 bytes per indexed block
+    assert PAPER_BLOCKS == {"codeact": 2_184_533, "lmcache-agent": 6_990_506,
+                            "eabf": 12_670_293, "ultrachat": 158_160_213}
+
+
+@pytest.mark.parametrize("name, fraction, span_share, candidates", [
+    ("codeact", 1 / 32, 0.2131, 59.3),
+    ("lmcache-agent", "1/128", 0.0060, 1.78),
+    ("eabf", 1 / 64, 0.0178, 1.01),
+    ("ultrachat", "1/256", 0.1685, 24.3),
+])
+def test_paper_options_give_the_size_and_keep_the_calibration(name, fraction, span_share,
+                                                              candidates):
+    opts = paper_workload_options(name, fraction)
+    wl = syn.make_synthetic(name, **opts)
+    assert wl.profile.groups >= 2            # several sharing groups, not one big one
+    d = describe(wl)
+    f = float(Fraction(fraction))
+    assert d["unique_blocks"] == pytest.approx(f * PAPER_BLOCKS[name], rel=0.1)
+    assert d["span_share_gt3"] == pytest.approx(span_share, rel=0.25)
+    assert d["candidates_per_routing_entry"] == pytest.approx(candidates, rel=0.25)
+
+
+def test_paper_preset_defaults_to_the_paper_size_and_is_deterministic():
+    wl = syn.make_synthetic("codeact", preset="paper")
+    assert wl.profile.sessions == paper_workload_options("codeact")["sessions"]
+    assert wl.profile.group_sessions == PROFILES["codeact"].sessions
+    assert syn.make_synthetic("codeact", preset="paper", scale="0.5").profile.sessions == \
+        round(wl.profile.sessions * 0.5)
+    a = [r.insert_ids for r in syn.make_synthetic("ultrachat", preset="paper", sessions=50).requests()]
+    b = [r.insert_ids for r in syn.make_synthetic("ultrachat", preset="paper", sessions=50).requests()]
+    assert len(a) == len(b) > 0 and all(np.array_equal(x, y) for x, y in zip(a, b))
+    assert paper_workload_options("eabf", 0.5) == paper_workload_options("eabf", "1/2")
+    small_default = [r.insert_ids for r in syn.make_synthetic("eabf", sessions=20).requests()]
+    small_preset = [r.insert_ids for r in
+                    syn.make_synthetic("eabf", sessions=20, preset="small").requests()]
+    assert all(np.array_equal(x, y) for x, y in zip(small_default, small_preset))
+
+
+def test_paper_groups_share_the_system_head_and_differ_after_it():
+    wl = syn.make_synthetic("codeact", preset="paper", sessions=600)      # 3 groups of 200
+    assert wl.profile.groups == 3
+    first = {r.session: r.insert_ids for r in wl.requests() if r.turn == 0}
+    # the head (blocks 0..47) is every session's; block 48 is its group's
+    assert len({int(ids[47]) for ids in first.values()}) == 1
+    by_group = defaultdict(set)
+    for i, ids in first.items():
+        by_group[i % 3].add(int(ids[48]))
+    assert all(len(v) == 1 for v in by_group.values())
+    assert len(set.union(*by_group.values())) == 3
+    # pooled openers are the group's own: no opening is shared across groups
+    uc = syn.make_synthetic("ultrachat", preset="paper", sessions=400, group_sessions=100)
+    owner = {}
+    for r in uc.requests():
+        if r.turn == 0:
+            assert owner.setdefault(int(r.insert_ids[0]), r.session % 4) == r.session % 4
+
+
+@pytest.mark.parametrize("fraction", [0, -0.5, 1.5, "nan", "inf", "abc", "1/0", True, None,
+                                      "", [0.5]])
+def test_bad_paper_fraction_is_one_line(fraction):
+    with pytest.raises(ConfigError, match="^option fraction: ") as err:
+        paper_workload_options("codeact", fraction)
+    assert "\n" not in str(err.value)
+
+
+def test_paper_options_unknown_profile():
+    with pytest.raises(ConfigError, match="unknown synthetic profile 'chat'"):
+        paper_workload_options("chat")
+
+
+@pytest.mark.parametrize("options, option", [
+    ({"preset": "huge"}, "preset"),
+    ({"group_sessions": "-1"}, "group_sessions"),
+    ({"group_sessions": "some"}, "group_sessions"),
+    ({"system_head_tokens": "-3"}, "system_head_tokens"),
+])
+def test_bad_paper_options_name_the_option(options, option):
+    with pytest.raises(ConfigError, match=f"^option {option}:"):
+        syn.make_synthetic("codeact", **options)
 
 
 # -- Mooncake reader -------------------------------------------------------------

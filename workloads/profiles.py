@@ -42,6 +42,7 @@ data set would); ``length_scale`` changes both.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, fields, replace
 
 from prefixbench.harness.errors import ConfigError
@@ -82,6 +83,15 @@ class Profile:
     fork_prob: float = 0.0                # probability a turn continues a random earlier turn
     fork_fanout: Range = (1, 1)           # turns that retry from the same earlier turn
 
+    # -- growth: how sharing scales with the number of sessions ---------------
+    # Sessions per sharing group (0: all sessions are one group).  Each group
+    # draws from pools of its own - system_prompts, tasks, openers - so a
+    # workload of k groups has k times the prompts, tasks and openings.
+    group_sessions: int = 0
+    # Leading tokens of every group's system prompts that all groups share
+    # (the framework's common instructions; each group's wording follows).
+    system_head_tokens: int = 0
+
     def validate(self) -> "Profile":
         """Raise :class:`ConfigError` naming the first knob out of range."""
         _check(self.sessions >= 1, "sessions", f"must be at least 1, got {self.sessions}")
@@ -98,6 +108,10 @@ class Profile:
         _check(self.fork_fanout[0] >= 1, "fork_fanout", f"needs at least 1, got {self.fork_fanout}")
         _check(self.system_prompts >= 0, "system_prompts", f"must be >= 0, got {self.system_prompts}")
         _check(self.openers >= 0, "openers", f"must be >= 0, got {self.openers}")
+        _check(self.group_sessions >= 0, "group_sessions",
+               f"must be >= 0, got {self.group_sessions}")
+        _check(self.system_head_tokens >= 0, "system_head_tokens",
+               f"must be >= 0, got {self.system_head_tokens}")
         _check(self.sessions_per_task >= 1, "sessions_per_task",
                f"must be >= 1, got {self.sessions_per_task}")
         for knob in ("opener_share", "fork_prob"):
@@ -107,9 +121,16 @@ class Profile:
         return self
 
     @property
+    def groups(self) -> int:
+        """Number of sharing groups; session ``i`` belongs to group ``i % groups``."""
+        if self.group_sessions == 0:
+            return 1
+        return -(-self.sessions // self.group_sessions)
+
+    @property
     def tasks(self) -> int:
-        """Number of distinct task prompts (sessions are spread over them)."""
-        return max(1, round(self.sessions / self.sessions_per_task))
+        """Number of distinct task prompts of one group (its sessions are spread over them)."""
+        return max(1, round(self.sessions / self.groups / self.sessions_per_task))
 
 
 def _check(ok: bool, knob: str, what: str) -> None:
@@ -220,3 +241,86 @@ def make_profile(name: str, **overrides) -> Profile:
             raise ConfigError(f"option {key}: not a knob of profile {name} "
                               f"(knobs: {', '.join(sorted(known))})")
     return replace(cls(), **overrides).validate()
+
+
+# -- the paper's sizes ----------------------------------------------------------
+
+#: indexed blocks of each data set in the paper (section 6.1): its RocksDB
+#: budgets of 5, 16, 29 and 362 MiB are 10% of ssd-blockhash's uncompressed
+#: store at 24 bytes per indexed block
+PAPER_BLOCKS: dict[str, int] = {
+    name: mib * (1 << 20) * 10 // 24
+    for name, mib in (("codeact", 5), ("lmcache-agent", 16), ("eabf", 29), ("ultrachat", 362))
+}
+
+#: unique blocks per session of each profile at its default size (block size
+#: 16, seed 0: describe's unique blocks / sessions); with one sharing group per
+#: default-sized set of sessions this holds at any size
+BLOCKS_PER_SESSION: dict[str, float] = {
+    "codeact": 17_226 / 200,
+    "lmcache-agent": 50_296 / 20,
+    "eabf": 137_820 / 150,
+    "ultrachat": 172_764 / 2000,
+}
+
+#: workload presets: ``small`` is the profile as defined above; ``paper``
+#: gives the paper's size (unless ``sessions=`` says otherwise) and one
+#: sharing group per default-sized set of sessions
+PRESETS = ("small", "paper")
+
+
+#: shared system-prompt heads of preset ``paper``: groups diverge at the
+#: start of the span that already has many alternatives at the small size
+_PAPER_HEADS = {
+    "codeact": {"system_head_tokens": 48 * 16},          # blocks 0..47; block 48 differs
+    "lmcache-agent": {"system_head_tokens": 176 * 16},   # blocks 0..175; block 176 differs
+}
+
+
+def paper_knobs(name: str) -> dict:
+    """The knob overrides of preset ``paper`` for profile ``name``, sessions aside."""
+    return {"group_sessions": PROFILES[name].sessions, **_PAPER_HEADS.get(name, {})}
+
+
+def paper_sessions(name: str, fraction=1.0) -> int:
+    """Sessions that give about ``fraction * PAPER_BLOCKS[name]`` unique blocks."""
+    f = _fraction(fraction)
+    return max(1, round(f * PAPER_BLOCKS[name] / BLOCKS_PER_SESSION[name]))
+
+
+def paper_workload_options(profile: str, fraction=1.0) -> dict:
+    """Workload options for ``fraction`` of the paper's size of ``profile``.
+
+    ``fraction`` is a number in (0, 1] or a string such as ``"0.125"`` or
+    ``"1/8"``; the options give about ``fraction * PAPER_BLOCKS[profile]``
+    unique blocks at block size 16 (blocks scale inversely with block size).
+    """
+    if profile not in PROFILES:
+        raise ConfigError(f"unknown synthetic profile {profile!r}; "
+                          f"available: {', '.join(sorted(PROFILES))}")
+    return {"preset": "paper", "sessions": paper_sessions(profile, fraction)}
+
+
+def _fraction(value) -> float:
+    """``value`` as a fraction in (0, 1], or a :class:`ConfigError` naming it."""
+    bad = ConfigError(f"option fraction: must be a number in (0, 1] such as 0.125 or 1/8, "
+                      f"got {value!r}")
+    if isinstance(value, bool):
+        raise bad
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            if "/" in text:
+                num, den = text.split("/", 1)
+                f = float(num) / float(den)
+            else:
+                f = float(text)
+        except (ValueError, ZeroDivisionError):
+            raise bad from None
+    elif isinstance(value, numbers.Real):
+        f = float(value)
+    else:
+        raise bad
+    if not (math.isfinite(f) and 0.0 < f <= 1.0):
+        raise bad
+    return f

@@ -20,13 +20,16 @@ from typing import Iterator
 
 import numpy as np
 
-from prefixbench.harness.blockids import DEFAULT_BLOCK_SIZE, namespace_seed
+from prefixbench.harness.blockids import DEFAULT_BLOCK_SIZE, chain_tokens, namespace_seed
 from prefixbench.harness.errors import ConfigError
 from prefixbench.plugins.hookspecs import hookimpl
-from prefixbench.workloads.model import Request, Session, Turn, Workload, replay_turns
-from prefixbench.workloads.profiles import PROFILES, Profile, make_profile
+from prefixbench.workloads.model import Request, Session, Turn, Workload
+from prefixbench.workloads.profiles import (PRESETS, PROFILES, Profile, make_profile, paper_knobs,
+                                            paper_sessions)
 
 _M64 = (1 << 64) - 1
+_NO_TOKENS = np.empty(0, dtype=np.uint32)
+_NO_IDS = np.empty(0, dtype=np.uint64)
 
 # independent streams of the counter-based generator
 (_SYSTEM, _TASK, _OPENER, _TOKENS, _TURNS, _FIRST_LEN, _INPUT_LEN, _OUTPUT_LEN, _PICK_SYSTEM,
@@ -135,26 +138,34 @@ class SyntheticWorkload(Workload):
         if p.fork_prob > 0:
             self._fork(flat_sess, flat_turn)
 
-        # shared pieces of the first turn: (stream, index) per session, -1 = none
-        self._system = self._pick(_PICK_SYSTEM, sess, p.system_prompts if p.system_tokens[1] else 0)
-        self._task = self._pick(_PICK_TASK, sess, p.tasks if p.task_tokens[1] else 0)
+        # shared pieces of the first turn: (stream, index) per session, -1 = none;
+        # group g owns pieces [g*n, (g+1)*n) of each pool of n per group
+        groups = p.groups
+        group = sess % groups
+        n_sys = p.system_prompts if p.system_tokens[1] else 0
+        n_task = p.tasks if p.task_tokens[1] else 0
+        self._system = self._pick(_PICK_SYSTEM, sess, n_sys, group)
+        self._task = self._pick(_PICK_TASK, sess, n_task, group)
         self._opener = np.full(n_sess, -1, dtype=np.int64)
         if p.openers and p.opener_share > 0:
             w = 1.0 / np.arange(1, p.openers + 1, dtype=np.float64) ** p.opener_skew
             cdf = np.cumsum(w / w.sum())
             which = np.searchsorted(cdf, self._u(_PICK_OPENER, sess), side="right")
+            which = np.minimum(which, p.openers - 1) + group * p.openers
             has = self._u(_HAS_OPENER, sess) < p.opener_share
-            self._opener[has] = np.minimum(which, p.openers - 1)[has]
+            self._opener[has] = which[has]
         self._piece_len = {
-            _SYSTEM: self._piece_lengths(_SYSTEM, p.system_prompts, p.system_tokens),
-            _TASK: self._piece_lengths(_TASK, p.tasks if p.task_tokens[1] else 0, p.task_tokens),
-            _OPENER: self._piece_lengths(_OPENER, p.openers, p.opener_tokens),
+            _SYSTEM: self._piece_lengths(_SYSTEM, groups * p.system_prompts, p.system_tokens),
+            _TASK: self._piece_lengths(_TASK, groups * n_task, p.task_tokens),
+            _OPENER: self._piece_lengths(_OPENER, groups * p.openers, p.opener_tokens),
         }
 
-    def _pick(self, stream: int, sess: np.ndarray, n: int) -> np.ndarray:
+    def _pick(self, stream: int, sess: np.ndarray, n: int, group: np.ndarray) -> np.ndarray:
+        """Uniform pick among the ``n`` pieces of each session's group."""
         if n == 0:
             return np.full(len(sess), -1, dtype=np.int64)
-        return np.minimum(np.floor(self._u(stream, sess) * n).astype(np.int64), n - 1)
+        local = np.minimum(np.floor(self._u(stream, sess) * n).astype(np.int64), n - 1)
+        return local + group * n
 
     def _piece_lengths(self, stream: int, n: int, rng_range) -> np.ndarray:
         idx = np.arange(n, dtype=np.int64)
@@ -182,36 +193,52 @@ class SyntheticWorkload(Workload):
                 else:
                     t += 1
 
-    def plan(self, i: int) -> SessionPlan:
-        """Session ``i`` without its tokens."""
-        a, b = int(self._offsets[i]), int(self._offsets[i + 1])
+    def _prefix(self, i: int) -> tuple[tuple[int, int, int], ...]:
         prefix = []
         for stream, pick in ((_SYSTEM, self._system), (_TASK, self._task),
                              (_OPENER, self._opener)):
             k = int(pick[i])
             if k >= 0 and self._piece_len[stream][k] > 0:
                 prefix.append((stream, k, int(self._piece_len[stream][k])))
-        return SessionPlan(tuple(prefix), self._inputs[a:b], self._outputs[a:b],
+        return tuple(prefix)
+
+    def plan(self, i: int) -> SessionPlan:
+        """Session ``i`` without its tokens."""
+        a, b = int(self._offsets[i]), int(self._offsets[i + 1])
+        return SessionPlan(self._prefix(i), self._inputs[a:b], self._outputs[a:b],
                            self._parents[a:b])
 
     # -- tokens --------------------------------------------------------------
     def _piece(self, stream: int, index: int, length: int) -> np.ndarray:
         got = self._pieces.get((stream, index))
         if got is None:
-            key = _key(self.profile.seed, self._tag, stream, index)
-            got = self._pieces[(stream, index)] = random_tokens(key, length, self.profile.vocab)
+            p = self.profile
+            key = _key(p.seed, self._tag, stream, index)
+            got = random_tokens(key, length, p.vocab)
+            if stream == _SYSTEM and p.system_head_tokens and index >= p.system_prompts:
+                # a later group's prompt opens with the head of group 0's prompt
+                j = index % p.system_prompts
+                first = self._piece(stream, j, int(self._piece_len[stream][j]))
+                head = min(p.system_head_tokens, length, len(first))
+                got[:head] = first[:head]
+            self._pieces[(stream, index)] = got
         return got
 
     def turn_tokens(self, session: int, turn: int, plan: SessionPlan | None = None
                     ) -> tuple[np.ndarray, np.ndarray]:
         """``(input, output)`` uint32 tokens of one turn (shared prefixes in turn 0)."""
-        plan = plan or self.plan(session)
-        n_in, n_out = int(plan.inputs[turn]), int(plan.outputs[turn])
+        if plan is None:
+            f = int(self._offsets[session]) + turn
+            n_in, n_out = int(self._inputs[f]), int(self._outputs[f])
+            prefix = self._prefix(session) if turn == 0 else ()
+        else:
+            n_in, n_out = int(plan.inputs[turn]), int(plan.outputs[turn])
+            prefix = plan.prefix if turn == 0 else ()
         toks = random_tokens(_key(self.profile.seed, self._tag, _TOKENS, session, turn),
                              n_in + n_out, self.profile.vocab)
         inp, out = toks[:n_in], toks[n_in:]
-        if turn == 0 and plan.prefix:
-            inp = np.concatenate([self._piece(*piece) for piece in plan.prefix] + [inp])
+        if prefix:
+            inp = np.concatenate([self._piece(*piece) for piece in prefix] + [inp])
         return inp, out
 
     def session(self, i: int) -> Session:
@@ -230,11 +257,51 @@ class SyntheticWorkload(Workload):
 
     # -- replay --------------------------------------------------------------
     def requests(self) -> Iterator[Request]:
-        """Round-robin replay: turn t of every session before any turn t + 1."""
-        plans = [self.plan(i) for i in range(self.profile.sessions)]
-        return replay_turns([p.parents for p in plans],
-                            lambda i, t: self.turn_tokens(i, t, plans[i]),
-                            self.block_size, self.h0)
+        """Round-robin replay: turn t of every session before any turn t + 1.
+
+        The same requests as :func:`~prefixbench.workloads.model.replay_turns`
+        over the plans, streamed from the flat per-turn arrays: tokens are
+        made one turn at a time, and the only per-session state is the block
+        ids (and partial last block) of turns a later turn still continues.
+        """
+        return self._stream()
+
+    def _stream(self) -> Iterator[Request]:
+        bs, h0 = self.block_size, self.h0
+        offsets, n_turns = self._offsets, self._n_turns
+        parents = self._parents
+        # last_use[f]: the last turn (session-local) continuing flat turn f, -1 if none
+        base = np.repeat(offsets[:-1], n_turns)          # flat index of each turn's turn 0
+        child = np.nonzero(parents >= 0)[0]
+        last_use = np.full(len(parents), -1, dtype=np.int64)
+        np.maximum.at(last_use, base[child] + parents[child], child - base[child])
+        del base, child
+        state: dict[int, tuple[np.ndarray, np.ndarray, int]] = {}
+        t = 0
+        active = np.nonzero(n_turns > 0)[0]
+        while len(active):
+            flats = (offsets[active] + t).tolist()
+            pars = parents[flats].tolist()
+            uses = last_use[flats].tolist()
+            for i, f, par, use in zip(active.tolist(), flats, pars, uses):
+                inp, out = self.turn_tokens(i, t)
+                if par < 0:
+                    ctx_ids, tail, ctx_tokens, h = _NO_IDS, _NO_TOKENS, 0, h0
+                else:
+                    pf = f - t + par
+                    ctx_ids, tail, ctx_tokens = state[pf]
+                    h = int(ctx_ids[-1]) if len(ctx_ids) else h0
+                    if last_use[pf] <= t:
+                        del state[pf]
+                new = np.concatenate((tail, inp, out)) if len(tail) else np.concatenate((inp, out))
+                new_ids = chain_tokens(new, bs, h)
+                ids = np.concatenate((ctx_ids, new_ids)) if len(ctx_ids) else new_ids
+                prompt = ctx_tokens + len(inp)
+                if use > t:
+                    state[f] = (ids, new[len(new_ids) * bs:], prompt + len(out))
+                yield Request(i, t, ids[:prompt // bs], ids, prompt)
+            t += 1
+            active = active[n_turns[active] > t]
 
     def __len__(self) -> int:
         return int(self._offsets[-1])
@@ -243,11 +310,13 @@ class SyntheticWorkload(Workload):
         p = self.profile
         return {"workload": self.name, "block_size": self.block_size,
                 "namespace": self.namespace, "sessions": p.sessions, "seed": p.seed,
-                "length_scale": p.length_scale}
+                "length_scale": p.length_scale, "group_sessions": p.group_sessions,
+                "system_head_tokens": p.system_head_tokens}
 
 
 # -- plugin registration ------------------------------------------------------
-_OPTIONS = ("sessions", "scale", "seed", "length_scale", "namespace", "block_size")
+_OPTIONS = ("preset", "sessions", "scale", "seed", "length_scale", "group_sessions",
+            "system_head_tokens", "namespace", "block_size")
 
 
 def _parse(name: str, value, kind, lo=None, hi=None):
@@ -269,9 +338,12 @@ def _parse(name: str, value, kind, lo=None, hi=None):
 def make_synthetic(profile: str, **options) -> SyntheticWorkload:
     """Build a synthetic workload from (possibly string) CLI options.
 
-    ``sessions=N`` sets the number of sessions, ``scale=X`` multiplies it,
-    ``seed=``, ``length_scale=``, ``namespace=`` and ``block_size=`` as in
-    :class:`SyntheticWorkload` and :class:`~prefixbench.workloads.profiles.Profile`.
+    ``preset=paper`` starts from the paper's size with one sharing group per
+    default-sized set of sessions (``small``, the default: the profile as
+    defined); ``sessions=N`` sets the number of sessions, ``scale=X``
+    multiplies it, ``seed=``, ``length_scale=``, ``group_sessions=``,
+    ``namespace=`` and ``block_size=`` as in :class:`SyntheticWorkload` and
+    :class:`~prefixbench.workloads.profiles.Profile`.
     """
     if profile not in PROFILES:
         raise ConfigError(f"unknown synthetic profile {profile!r}; "
@@ -282,6 +354,12 @@ def make_synthetic(profile: str, **options) -> SyntheticWorkload:
                               f"(options: {', '.join(_OPTIONS)})")
     knobs = {}
     sessions = PROFILES[profile].sessions
+    preset = options.get("preset", "small")
+    if preset not in PRESETS:
+        raise ConfigError(f"option preset: {preset!r} is not one of {', '.join(PRESETS)}")
+    if preset == "paper":
+        knobs.update(paper_knobs(profile))
+        sessions = paper_sessions(profile)
     if "sessions" in options:
         sessions = _parse("sessions", options["sessions"], int, 1, 10**9)
     if "scale" in options:
@@ -292,6 +370,11 @@ def make_synthetic(profile: str, **options) -> SyntheticWorkload:
         knobs["seed"] = _parse("seed", options["seed"], int, 0, 2**63 - 1)
     if "length_scale" in options:
         knobs["length_scale"] = _parse("length_scale", options["length_scale"], float, 1e-6, 1000)
+    if "group_sessions" in options:
+        knobs["group_sessions"] = _parse("group_sessions", options["group_sessions"], int, 0, 10**9)
+    if "system_head_tokens" in options:
+        knobs["system_head_tokens"] = _parse("system_head_tokens", options["system_head_tokens"],
+                                             int, 0, 10**9)
     block_size = DEFAULT_BLOCK_SIZE
     if "block_size" in options:
         block_size = _parse("block_size", options["block_size"], int, 1, 1 << 20)
