@@ -92,7 +92,10 @@ recovery lands within 0.96-1.96x of sarp's (paper section 6.2), applies it as
 ``cap_fraction``, prints the choice above the table and stores its metadata
 in the suites; ``cap_cache=FILE`` loads a saved choice from FILE when it
 exists and saves the new one there otherwise.  ``cap_rule="fixed"`` keeps
-``cap_nodes`` as given.
+``cap_nodes`` as given; it is the default on a volatile engine (``memory``),
+where no recovery can be timed, so the plain ``sweep strategies`` still runs.
+Under ``paper`` a ``cap_nodes`` or ``cap_fraction`` of the user's is refused:
+the rule chooses the cap.
 
 **Calibration.**  Under the table the strategies sweep prints sarp's Table 4
 candidate counts beside the paper's (:data:`PAPER_TABLE4`, one place) and
@@ -112,6 +115,8 @@ import math
 import os
 import statistics
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from prefixbench.harness import pyperf_io
 from prefixbench.harness.build import build
@@ -774,8 +779,6 @@ class _Recorder:
 
 def count_pass(workload, *, quiet: bool = True) -> Counting:
     """Unique blocks of the trace and each request's already-indexed prefix length."""
-    import numpy as np
-
     from prefixbench.plugins.blockhash import BlockHashTable
 
     table = BlockHashTable(1, 1024)
@@ -822,7 +825,6 @@ def check_threaded(res: ReplayResult, reqs: list, got: list, oracle, block_size:
     """The checks replay_threaded makes, against ``oracle`` as loaded: the reference hit
     rate from the run requests in order, then every answer must be one the oracle holds,
     with the same metadata (false hits otherwise)."""
-    import numpy as np
     meta_size = oracle.meta_size
     res.oracle_hit_tokens = 0
     res.false_hits = res.short_matches = 0
@@ -1270,14 +1272,8 @@ def _safe_div(a: float, b: float) -> float:
     return a / b if b else math.inf
 
 
-def karp_flatt(speedup: float, p: int) -> float:
-    """The measured serial fraction ``e = (1/s - 1/p) / (1 - 1/p)`` (Karp-Flatt)."""
-    from prefixbench.harness.scaling import karp_flatt as kf
-    return kf(speedup, p)
-
-
 def _threads_table(res: SweepResult) -> str:
-    import os as _os
+    from prefixbench.harness.scaling import amdahl_text, karp_flatt
     cfg = res.config
     base = cfg.threads[0]
     header = ["strategy"] + [f"req/s @{t}" for t in cfg.threads]
@@ -1293,13 +1289,11 @@ def _threads_table(res: SweepResult) -> str:
                                     lambda v: f"{v:,.0f}"))
         for t in more:
             st = res.speedup(label, t)
-            p = t / base
-            e = tuple(karp_flatt(v, p) for v in st) if not math.isnan(st[0]) else st
+            e = karp_flatt(st[0], t / base)          # from the median speedup
             row += [_spread_text(st, lambda v: f"{v:.2f}x"),
-                    _num(e[0], 3) if not math.isnan(e[0]) else "-",
-                    _amdahl(e[0])]
+                    "-" if math.isnan(e) else f"{e:.3f}", amdahl_text(e)]
         rows.append(tuple(row))
-    cores = _os.cpu_count() or 1
+    cores = os.cpu_count() or 1
     return (f"\nrequest threads side by side (paper Fig. 11): the paper ran "
             f"{PAPER_REQUEST_THREADS} request threads and {PAPER_ROCKSDB_THREADS} RocksDB "
             f"threads; this machine has {cores} cores.  Every count ran on the request-thread "
@@ -1307,11 +1301,6 @@ def _threads_table(res: SweepResult) -> str:
             + format_table(tuple(header), rows)
             + "\nserial frac: Karp-Flatt e = (1/s - 1/p) / (1 - 1/p) from the median speedup "
               "s at p times the threads; Amdahl bound: 1/e, the most any thread count gives.")
-
-
-def _amdahl(e: float) -> str:
-    from prefixbench.harness.scaling import amdahl_text
-    return amdahl_text(e)
 
 
 # ----------------------------------------------------------------------------- pyperf
