@@ -161,3 +161,18 @@ def test_check_force_and_fits():
     with pytest.raises(ConfigError, match=r"thing needs about 10.0 GiB of disk in /x, "
                                           r"1.0 GiB free; lower --size or give --force"):
         preflight.check("thing", need, "--size", free=free)
+
+
+def test_cap_rule_builds_are_preflighted(run_cli, monkeypatch):
+    from prefixbench.harness import caprule
+
+    def never(**kw):
+        raise AssertionError("the search must not start")
+    monkeypatch.setattr(caprule, "choose_cap", never)
+    _free(monkeypatch, disk=1 << 20, memory=HUGE)
+    code, out, err = run_cli("--quiet", "sweep", "strategies", "-w", "codeact", "-W",
+                             "sessions=10", "-e", "lmdb", "--strategies",
+                             "sarp,segment-radix-capped")
+    _one_line_error(code, err, "--cap-rule paper: sarp at --cap-entries 1e7 needs about",
+                    "lower --cap-entries or give --force")
+    assert out == ""
