@@ -53,9 +53,9 @@ block already indexed keeps its first metadata, as the contract requires);
 it extends that segment in place, copies it on divergence, or writes new
 segments; all records of one insert go in one write batch.
 
-The match leaves this thread every record it read (window start -> segment id
--> raw bytes) with the directory version it started at.  While that version
-is current the insert verifies those records from memory - the segment the
+The match leaves this thread every record it read in the window that ended
+it (segment id -> raw bytes) with the directory version it started at.  The
+insert verifies those records from memory - the segment the
 match verified is never read twice - and reads only candidates whose filter
 potential exceeds the length already verified, with no budget: where the
 match's budget may have skipped a longer candidate, the insert still finds
@@ -64,15 +64,21 @@ it.  ``insert_reuse=false`` reads everything again (for comparison).
 Inserts plan without a lock (routing, reads, verification, which segments to
 extend, copy or write; new segments get their ids only at publish, so ids
 keep publish order for recovery's ordered scan) and take the insert lock only
-to publish: write the batch, register, bump the version.  A plan made at a
-version that is no longer current is made again under the lock (counted as
-``insert_replans``), so concurrent inserts stay exact and the first writer
-wins; an insert that finds everything stored takes no lock.  Back-fill jobs
+to publish: write the batch, register, bump the version and log the (window
+start, first block id) of every segment written.  Only a segment whose first
+block is the inserted sequence's block at that window start can share a
+prefix with it there, so a plan is made again under the lock (counted as
+``insert_replans``) exactly when a publish since the plan's basis (the
+version it started at, or its match's when it used the match's records)
+logged one of the plan's (window, block) pairs; concurrent inserts stay exact
+and the first writer wins, while inserts of unrelated prefixes never re-plan.
+An insert that finds everything stored takes no lock (records only grow, so a
+record read earlier that holds the sequence still does).  Back-fill jobs
 publish routing entries only - which segments exist and what they hold is
-unchanged - so they do not bump the version.  ``insert_lock=whole`` holds the
-lock for the whole insert.  Matches take only the directory's read lock
-(inside its compiled calls) and run concurrently with inserts and with the
-background worker.
+unchanged - so they bump nothing.  ``insert_lock=whole`` holds the lock for
+the whole insert.  Matches take only the directory's read lock (inside its
+compiled calls) and run concurrently with inserts and with the background
+worker.
 
 Cross-window batched retrieval (``batch_windows=k``, beyond the paper): the
 routing keys and filters of every window come from the query alone, so a
@@ -115,6 +121,7 @@ same strategy on the pure-Python references, which the tests hold equal.
 from __future__ import annotations
 
 import bisect
+import collections
 import math
 import queue
 import threading
@@ -542,8 +549,9 @@ class _Memo:
     ``full``/``key``: the match verified whole windows through block ``full``
     (``key`` = the query's block id at ``full - 1``); ``version``: the directory
     version when the match started; ``raws``: window start -> ``{segment id: raw
-    record}`` of every record the match read (verified or speculative), valid
-    while the version is unchanged."""
+    record}`` of every record the match read in the window that ended it (the
+    one window the insert routes again), valid while the version is unchanged;
+    ``best``: ``(window start, segment id)`` the match verified there."""
 
     __slots__ = ("full", "key", "version", "raws", "best")
 
@@ -555,13 +563,15 @@ class _Plan:
     """An insert's decision: the records to write and what it cost to find them."""
 
     __slots__ = ("writes", "extended", "reads", "new_blocks", "copied", "ext", "cp",
-                 "reused_seg", "reused_records")
+                 "reused_seg", "reused_records", "basis", "keys")
 
     def __init__(self):
         self.writes: list[Segment] = []
         self.extended: list[int] = []
         self.reads = self.new_blocks = self.copied = self.ext = self.cp = 0
         self.reused_seg = self.reused_records = 0
+        self.basis = 0
+        self.keys: frozenset = frozenset()
 
 
 class SarpStrategy(IndexStrategy):
@@ -634,9 +644,10 @@ class SarpStrategy(IndexStrategy):
         self.geo = _Geometry(S, R, self.refinement)
         self._insert_lock = threading.RLock()
         self._timed_lock = phases.TimedLock(self._insert_lock)
-        #: bumped after every publish of segments (insert, recovery registration): a plan
-        #: made at version v is still right when the version is v at publish time
+        #: bumped after every publish of segments (insert, recovery registration), which
+        #: logs the (window start, first block id) of every segment it wrote (None: any)
         self._version = 0
+        self._pub_log: collections.deque = collections.deque(maxlen=4096)
         #: test hook: called between an unlocked plan and taking the lock to publish it
         self._after_plan = None
         self._stat_lock = threading.Lock()
@@ -816,8 +827,8 @@ class SarpStrategy(IndexStrategy):
                 qw = q[pos:pos + S]
                 windows += 1
                 v, seg, info, seen = self._settle(qw, pos, route, budget, None, first)
-                if seen:
-                    raws_by_window[pos] = seen
+                if seen and v < S:
+                    raws_by_window[pos] = seen      # the window an insert will route again
                 if info is not None:
                     uses += 1
                     before += info[0]
@@ -881,21 +892,22 @@ class SarpStrategy(IndexStrategy):
             memo = None
         replanned = False
         if self.narrow_lock:
-            version = self._version
-            plan = self._plan(x, xm, ws, memo, version)
+            plan = self._plan(x, xm, ws, memo)
             if self._after_plan is not None:
                 self._after_plan()
             if plan.writes:
                 with self._timed_lock:
-                    if self._version != version:
-                        # another insert published since: plan again, under the lock
+                    if self._conflicts(plan):
+                        # another insert published where this plan looked: plan again,
+                        # under the lock (with what the store holds now)
                         replanned = True
-                        plan = self._plan(x, xm, ws, None, None)
+                        plan = self._plan(x, xm, ws, None)
                     self._publish_plan(plan)
                     self._run_sync_jobs()
         else:
             with self._timed_lock:
-                plan = self._plan(x, xm, ws, memo, self._version)
+                plan = self._plan(x, xm, ws, memo if self._conflicts_memo(memo, x) is False
+                                  else None)
                 self._publish_plan(plan)
                 self._run_sync_jobs()
         with self._stat_lock:
@@ -912,23 +924,55 @@ class SarpStrategy(IndexStrategy):
             c["logical_blocks"] += plan.new_blocks
             c["copied_blocks"] += plan.copied
 
-    def _plan(self, x, xm, ws: int, memo, version):
+    def _conflicts(self, plan) -> bool:
+        """Whether a publish since ``plan.basis`` wrote a segment in a window the plan
+        looked at that starts with ``x``'s block there - the only segments that can
+        share a prefix with ``x`` in that window (caller holds the insert lock).
+        Publishes elsewhere leave the plan exact."""
+        if self._version == plan.basis:
+            return False
+        log = self._pub_log
+        if not log or log[0][0] > plan.basis + 1:
+            return True                     # older than the log remembers
+        for ver, keys in reversed(log):
+            if ver <= plan.basis:
+                return False
+            if keys is None or not keys.isdisjoint(plan.keys):
+                return True
+        return False
+
+    def _conflicts_memo(self, memo, x) -> bool:
+        """Whether ``memo``'s records may be stale for ``x`` (caller holds the lock)."""
+        if memo is None or not memo.raws:
+            return True
+        p = _Plan()
+        p.basis = memo.version
+        p.keys = frozenset((w, int(x[w])) for w in memo.raws if w < len(x))
+        return self._conflicts(p)
+
+    def _plan(self, x, xm, ws: int, memo):
         """What inserting ``x`` from block ``ws`` writes, decided from reads only.
 
         Window by window with an unlimited budget, so the segment it extends or
         copies from is the one sharing the longest prefix (copying from one that
         shares less would store indexed blocks again with new metadata).  The
-        records ``memo`` holds (read by this thread's match at ``version``) are
-        verified from memory instead of being read again.  New segments get
+        records ``memo`` holds (read by this thread's match) are verified from
+        memory instead of being read again; the plan's ``basis`` is then the
+        match's version, else the version it started at, and its ``keys`` the
+        (window start, block id) of every window from ``ws``, for
+        :meth:`_conflicts`.  New segments get
         their ids when published (``seg_id`` 0 until then), so ids keep the
         publish order that recovery's ordered scan relies on.
         """
         S, n, layer = self.S, len(x), self.layer
         plan = _Plan()
-        use = memo is not None and version is not None and memo.version == version
+        plan.basis = self._version
+        plan.keys = frozenset((w, int(x[w])) for w in range(ws, n, S))
+        if memo is not None and memo.raws:
+            plan.basis = min(plan.basis, memo.version)
         while ws < n:
             xw = x[ws:ws + S]
-            known = memo.raws.get(ws) if use else None
+            known = memo.raws.get(ws) if memo is not None else None
             v, seg, info, _seen = self._route(xw, ws, 0, known)
             if info is not None:
                 plan.reads += info[2]
@@ -979,6 +1023,8 @@ class SarpStrategy(IndexStrategy):
             for s in plan.writes:
                 self._register(s)
         self._version += 1
+        self._pub_log.append((self._version, frozenset((s.start, int(s.ids[0]))
+                                                       for s in plan.writes)))
 
     # ------------------------------------------------------------------ registration
     def _register(self, seg: Segment) -> None:
@@ -1184,6 +1230,7 @@ class SarpStrategy(IndexStrategy):
                 if seg is not None and seg.seg_id == sid and seg.n and seg.start % self.S == 0:
                     self._register(seg)
                     self._version += 1
+                    self._pub_log.append((self._version, None))
                     self._run_sync_jobs()
                     n += 1
         return n

@@ -15,6 +15,7 @@ last-block point all occur within a few dozen blocks.  Invariants:
 """
 from __future__ import annotations
 
+import sys
 import threading
 
 import numpy as np
@@ -348,6 +349,19 @@ def test_a_registration_between_plan_and_publish_forces_a_replan():
         got, want = s.match(q), oracle.match(q)
         assert got.n_blocks == want.n_blocks == len(q)
         assert np.array_equal(got.metas, want.metas)
+    # a publish of an unrelated prefix leaves the plan exact: no re-plan
+    C = ids_of(list(range(100, 111)))
+    D = ids_of(list(range(1, 7)) + [60, 61, 62])
+    s._after_plan = lambda: (setattr(s, "_after_plan", None), s.insert(C, metas_of(C, 3)))
+    s.match(D)
+    s.insert(D, metas_of(D, 4))
+    oracle.insert(C, metas_of(C, 3))
+    oracle.insert(D, metas_of(D, 4))
+    assert s.stats()["insert_replans"] == 1
+    for q in (A, B, C, D):
+        got, want = s.match(q), oracle.match(q)
+        assert got.n_blocks == want.n_blocks == len(q)
+        assert np.array_equal(got.metas, want.metas)
     # the whole-insert lock never plans outside it
     w = SarpStrategy(MemoryStore(), dict(SMALL, insert_lock="whole"), meta_size=MS)
     w._after_plan = lambda: calls.append(2)
@@ -384,10 +398,15 @@ def test_four_threads_match_then_insert_stay_exact(opts):
             errors.append(e)
 
     threads = [threading.Thread(target=request_thread, args=(k,)) for k in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)         # interleave plans and publishes: re-plans happen
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
     assert not errors, errors[0]
     s.drain()
     registrations_ok(s)
