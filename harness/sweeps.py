@@ -173,6 +173,12 @@ PAPER_TABLE4 = {
 }
 TABLE4_FIGURES = ("candidates_before_filtering", "candidates_after_filtering",
                   "candidates_retrieved")
+#: the paper's section 3.2: share of 256-token spans with more than three alternatives
+PAPER_SPAN_SHARE = {"codeact": 0.2131, "lmcache-agent": 0.0060, "eabf": 0.0178,
+                    "ultrachat": 0.1685}
+#: the span statistic walks the trace in Python (~20 s per million blocks, ~150 B per
+#: block): above this many unique blocks the sweep skips it and says so
+SPAN_STAT_MAX_BLOCKS = 15_000_000
 #: a calibration figure "holds" within this share of the paper's value
 CALIBRATION_TOLERANCE = 0.25
 
@@ -627,6 +633,8 @@ class SweepResult:
     paper: PaperSize | None = None
     #: the cap rule's choice (a caprule.CapChoice), None under ``cap_rule="fixed"``
     cap_choice: object = None
+    #: the trace's share of spans with > 3 alternatives (None: not measured)
+    span_share: float | None = None
 
     def __post_init__(self):
         if not self.all_rows:
@@ -1015,8 +1023,13 @@ def run_sweep(cfg: SweepConfig, *, quiet: bool = True) -> SweepResult:
                     threads=t, counting=counting,
                     load_requests=paper.load_requests if paper else 0, repeat=rep))
     first = [r for r in runs if r.repeat == 0 and r.threads == cfg.threads[0]]
+    spans = None
+    if cfg.kind == "strategies" and cfg.workload in PAPER_SPAN_SHARE and \
+            first[0].indexed_blocks <= SPAN_STAT_MAX_BLOCKS:
+        from prefixbench.workloads.describe import describe
+        spans = float(describe(workload)["span_share_gt3"])
     return SweepResult(cfg, first, sizing, cache, all_rows=runs, paper=paper,
-                       cap_choice=choice)
+                       cap_choice=choice, span_share=spans)
 
 
 def _stats(vals) -> tuple:
@@ -1124,6 +1137,11 @@ def calibration(res: SweepResult) -> list:
         got = sarp[0].stats.get(name)
         ok = got is not None and abs(got - want) <= CALIBRATION_TOLERANCE * want
         out.append((name, got, want, ok))
+    want = PAPER_SPAN_SHARE.get(res.config.workload)
+    got = getattr(res, "span_share", None)
+    if want is not None:
+        out.append(("span_share_gt3", got, want,
+                    None if got is None else abs(got - want) <= CALIBRATION_TOLERANCE * want))
     return out
 
 
@@ -1260,6 +1278,13 @@ def _strategies_table(res: SweepResult) -> str:
                  t4("candidates_after_filtering", "candidates after filtering"),
                  t4("candidates_retrieved", "candidates actually retrieved"),
                  t4("retrievals_per_query", "segment retrievals per query", 3)]
+        if "span_share_gt3" in cal:
+            want, ok = cal["span_share_gt3"]
+            got = res.span_share
+            rows4.append(("spans with > 3 alternatives (section 3.2, the trace)",
+                          f"not measured (over {SPAN_STAT_MAX_BLOCKS:,} blocks)" if got is None
+                          else f"{got:.2%}", f"{want:.2%}",
+                          "-" if ok is None else ("yes" if ok else "NO")))
         extra = [("routing entries", f"{s['entries']:,}"),
                  ("routing bytes (per indexed block)",
                   f"{sarp[0].memory_bytes:,} ({_num(sarp[0].memory_bytes_per_block)} B/block)"),
@@ -1348,6 +1373,8 @@ def _sweep_metadata(res: SweepResult) -> dict:
                    "unique_blocks": p.unique_blocks})
     if res.cap_choice is not None:
         md.update(_scalar_metadata(res.cap_choice.metadata()))
+    if res.span_share is not None:
+        md["span_share_gt3"] = round(res.span_share, 6)
     return md
 
 

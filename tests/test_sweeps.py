@@ -298,6 +298,7 @@ def test_paper_scale_loads_then_times_the_last_requests(small_paper, monkeypatch
     assert "scale paper: the full paper size of codeact" in table
     assert "load phase" in table and "the last 100 timed" in table
     assert "at --scale paper" in table
+    assert res.span_share is not None and "spans with > 3 alternatives" in table
     _times, counts = res.suites()
     md = counts[0].get_metadata()
     assert md["scale"] == "paper" and md["run_requests"] == 100
@@ -512,6 +513,14 @@ def test_calibration_against_table4():
 def test_strategies_table_shows_calibration(strategies):
     table = strategies.table()
     assert "at --scale small" in table and "within 25%" in table and "59.30" in table
+    # the trace's section 3.2 statistic, measured on the same workload
+    from prefixbench.workloads.describe import describe
+    want = describe(sweeps._make_workload(strategies.config))["span_share_gt3"]
+    assert strategies.span_share == pytest.approx(want)
+    line = next(ln for ln in table.splitlines() if ln.startswith("spans with > 3"))
+    assert f"{want:.2%}" in line and "21.31%" in line
+    _times, counts = strategies.suites()
+    assert counts[0].get_metadata()["span_share_gt3"] == round(want, 6)
 
 
 @pytest.mark.parametrize("args,needle", [
