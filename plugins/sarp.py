@@ -87,6 +87,11 @@ group in ONE ``get_many`` and verifies window by window; a window that does
 not fully match ends the match and the reads fetched for later windows are
 wasted (``speculative_reads_wasted``, counted in the store reads).  Further
 batches inside a window are as with ``k=1``, so the answers are the same.
+Chained ids keep the waste small: a later window's blocks are stored only
+where every earlier window is stored whole, so a later window has
+candidates to fetch only when the budget missed the longer candidate of the
+window that ended the match (or a filter collided); a window without a
+routing entry stops the routing.
 
 Geometry in tokens: ``segment_tokens`` and ``interval_tokens`` (0 = use ``S``
 and ``R``) are rounded to whole blocks of ``block_tokens`` (which the harness

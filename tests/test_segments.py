@@ -215,6 +215,27 @@ def test_extend_in_place_and_copy_on_diverge():
         layer.extend_or_copy(seg, q, qm, 5)
 
 
+def test_plans_take_ids_only_when_they_publish():
+    """Without ``assign_id`` copies and new segments carry id 0 and use up no id;
+    an in-place extension keeps its id; a record with id 0 is never written."""
+    layer = SegmentLayer(MemoryStore(), 8, 2)
+    seg = layer.new_segment(0, np.array([1, 2, 3], np.uint64), np.full((3, 2), 1, np.uint8))
+    nxt = layer.next_id
+    q = np.array([1, 2, 9], np.uint64)
+    qm = np.full((3, 2), 2, np.uint8)
+    cp, new = layer.extend_or_copy(seg, q, qm, 2, assign_id=False)
+    fresh = layer.new_segment(8, q, qm, assign_id=False)
+    ext, new2 = layer.extend_or_copy(seg, np.array([1, 2, 3, 4], np.uint64),
+                                     np.full((4, 2), 2, np.uint8), 3, assign_id=False)
+    assert new and cp.seg_id == 0 and fresh.seg_id == 0 and layer.next_id == nxt
+    assert not new2 and ext.seg_id == seg.seg_id
+    with pytest.raises(ValueError):
+        layer.write_many([cp])
+    cp.seg_id = layer.new_id()
+    layer.write_many([cp])
+    assert layer.read(cp.seg_id).ids.tolist() == [1, 2, 9]
+
+
 def test_bad_layer_configuration_is_a_config_error():
     with pytest.raises(ConfigError, match="option S"):
         SegmentLayer(MemoryStore(), 0, 16)
