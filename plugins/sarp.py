@@ -613,7 +613,8 @@ class SarpStrategy(IndexStrategy):
                                "instead of reading them again"),
         "insert_lock": Option("publish", "what the insert lock covers: publish = only writing "
                               "and registering (plans run unlocked, re-planned under the lock "
-                              "when another insert published meanwhile), whole = the whole insert",
+                              "when another insert published a segment of the same prefix "
+                              "meanwhile), whole = the whole insert",
                               choices=("publish", "whole")),
         "segment_tokens": Option(0, "segment size in tokens, rounded to whole blocks "
                                  "(0 = use S)", min=0, max=1 << 30),
