@@ -43,6 +43,8 @@ class RunSpec:
     #: seconds between status updates on the progress bar (0 = none)
     status_every: float = 0.0
     max_queries: int = 2000
+    #: split each latency into phases (storage, routing, ...; paper Fig. 7)
+    breakdown: bool = False
 
     def config(self) -> dict:
         return {
@@ -50,6 +52,7 @@ class RunSpec:
             "engine_options": self.engine_options, "cache_bytes": self.cache_bytes,
             "direct_io": self.direct_io, "durability": self.durability, "limit": self.limit,
             "warm_fraction": self.warm_fraction, "threads": self.threads,
+            "breakdown": self.breakdown,
         }
 
 
@@ -81,7 +84,7 @@ def replay_once(spec: RunSpec, *, quiet: bool, check: bool = True) -> ReplayResu
         return replay(built.strategy, workload, limit=spec.limit, quiet=quiet, desc=desc,
                       threads=spec.threads, threaded=spec.threaded,
                       status_every=spec.status_every,
-                      check=check)
+                      check=check, breakdown=spec.breakdown)
     finally:
         built.close()
 

@@ -363,17 +363,7 @@ def cmd_run(args, leftover, argv, quiet):
         engine_options=parse_kv("--engine-option", args.engine_option),
         cache_bytes=parse_size("--cache-bytes", args.cache_bytes), direct_io=args.direct_io,
         durability=args.durability, store_dir=args.store_dir, limit=args.limit,
-        warm_fraction=args.warm_fraction)
-    separate_breakdown = False
-    if args.breakdown:
-        import dataclasses
-
-        from prefixbench.harness import sweeps
-        sweeps._check_breakdown()
-        if "breakdown" in {f.name for f in dataclasses.fields(RunSpec)}:
-            spec.breakdown = True
-        else:
-            separate_breakdown = True       # the main replay cannot take it: one more replay
+        warm_fraction=args.warm_fraction, breakdown=args.breakdown)
     our_argv = _split_argv(argv, leftover)
     if our_argv and our_argv[0] in ("--quiet", "-q"):
         our_argv = our_argv[1:]
@@ -385,7 +375,9 @@ def cmd_run(args, leftover, argv, quiet):
         from prefixbench.reports.tables import format_replay
         print(format_replay(spec, res))
         if args.breakdown:
-            _print_run_breakdown(spec, res, separate_breakdown, quiet)
+            from prefixbench.reports.breakdown import format_breakdown
+            print("\nwhere the time goes (paper Fig. 7)")
+            print(format_breakdown([(spec.strategy, res)]))
         if args.csv:
             from prefixbench.harness.export import append_row, row
             from prefixbench.harness.pyperf_io import git_commit
@@ -394,30 +386,6 @@ def cmd_run(args, leftover, argv, quiet):
             from prefixbench.harness.pyperf_io import counts_path
             print(f"wrote {args.output} and {counts_path(args.output)}")
     return 0
-
-
-def _print_run_breakdown(spec, res, separate: bool, quiet: bool) -> None:
-    """The Fig. 7 table of a run: from its replay, or from one more replay with the
-    clocks on where RunSpec cannot pass ``breakdown`` to the main one."""
-    from prefixbench.reports.breakdown import format_breakdown
-    note = ""
-    if separate:
-        from prefixbench.harness import bench
-        from prefixbench.harness.build import build
-        from prefixbench.harness.replay import replay
-        built = build(spec.strategy, spec.engine, strategy_options=spec.strategy_options,
-                      store_dir=None, cache_bytes=spec.cache_bytes, direct_io=spec.direct_io,
-                      durability=spec.durability, engine_options=spec.engine_options)
-        try:
-            res = replay(built.strategy, bench.make_workload(spec.workload,
-                                                             spec.workload_options),
-                         limit=spec.limit, quiet=quiet, desc=f"{spec.strategy} [breakdown]",
-                         threads=spec.threads, breakdown=True)
-        finally:
-            built.close()
-        note = " (from a second replay with the phase clocks on)"
-    print(f"\nwhere the time goes (paper Fig. 7){note}")
-    print(format_breakdown([(spec.strategy, res)]))
 
 
 def cmd_scale(args, leftover, argv, quiet):

@@ -173,7 +173,7 @@ def replay(strategy: IndexStrategy, workload: Workload, *, oracle: IndexStrategy
     if threads > 1 or threaded:
         return replay_threaded(strategy, workload, threads=threads, limit=limit, quiet=quiet,
                                desc=desc, freeze_gc=freeze_gc, check=check,
-                               breakdown=breakdown)
+                               breakdown=breakdown, oracle=oracle)
     if oracle is None and check:
         from prefixbench.plugins.radix import RadixStrategy
         oracle = RadixStrategy(meta_size=strategy.meta_size)
@@ -334,7 +334,8 @@ def _restore_gc(freeze: bool) -> None:
 def replay_threaded(strategy: IndexStrategy, workload: Workload, *, threads: int,
                     limit: int | None = None, quiet: bool = True, desc: str = "replay",
                     freeze_gc: bool = True, check: bool = True,
-                    breakdown: bool = False) -> ReplayResult:
+                    breakdown: bool = False,
+                    oracle: IndexStrategy | None = None) -> ReplayResult:
     """N request threads against one shared index.
 
     Sessions are partitioned across threads (session ``s`` goes to thread
@@ -344,7 +345,9 @@ def replay_threaded(strategy: IndexStrategy, workload: Workload, *, threads: int
     the checks run after the timed window against an oracle that replayed
     every request in workload order: a returned block must be one the oracle
     holds for that query, with the same metadata (no false hits), and the
-    hit rate is compared with the oracle's sequential replay.
+    hit rate is compared with the oracle's sequential replay.  A given ``oracle``
+    (one that already holds a load phase) is used for those checks and takes
+    the run's inserts; otherwise a fresh one is made.
     ``breakdown`` splits each latency into phases per thread (each request
     thread has its own clock; lock waits show as ``lock``).
     """
@@ -433,7 +436,8 @@ def replay_threaded(strategy: IndexStrategy, workload: Workload, *, threads: int
     if store is not None:
         res.store_reads_in_match = store._stats.reads - reads0   # match and insert reads
     block_size = workload.block_size
-    oracle = RadixStrategy(meta_size=meta_size) if check else None
+    if oracle is None and check:
+        oracle = RadixStrategy(meta_size=meta_size)
     for i, r in enumerate(reqs):
         m = got[i]
         res.hit_blocks += m.n_blocks

@@ -399,8 +399,6 @@ def make_config(kind: str, *, workload: str, workload_options: dict | None = Non
     _cap_config(cfg, cap_rule, cap_entries, cap_recoveries, cap_cache)
     if cfg.scale == "paper":
         _paper_workload_options(cfg, fraction=1.0)      # the workload has a paper size
-    if cfg.breakdown:
-        _check_breakdown()
     for s in plan(cfg, cap_fraction=0.5 if cfg.cap_rule == "paper" else None):
         cls = reg.get("strategy", s.strategy).factory      # option names and ranges fail
         parse_options(f"strategy {s.strategy}", cls.options, s.options)   # now, not mid-sweep
@@ -489,15 +487,6 @@ def _caprule():
         raise ConfigError("option --cap-rule: paper needs prefixbench.harness.caprule, which "
                           "this build lacks; give --cap-rule fixed") from None
     return caprule
-
-
-def _check_breakdown() -> None:
-    """``--breakdown`` needs replay(breakdown=...) and the breakdown table."""
-    import importlib.util
-    import inspect
-    if "breakdown" not in inspect.signature(replay).parameters or \
-            importlib.util.find_spec("prefixbench.reports.breakdown") is None:
-        raise ConfigError("option --breakdown: this build's replay has no time breakdown")
 
 
 # ----------------------------------------------------------------------------- settings
@@ -766,25 +755,6 @@ class _Tail:
         return self._n
 
 
-class _Recorder:
-    """The strategy, with each match's answer kept by request (threaded runs are
-    checked afterwards against the sweep's oracle); everything else is forwarded."""
-
-    def __init__(self, strategy, index: dict, got: list):
-        self._strategy = strategy
-        self._index = index
-        self._got = got
-        self._match = strategy.match
-
-    def match(self, block_ids):
-        m = self._match(block_ids)
-        self._got[self._index[id(block_ids)]] = m
-        return m
-
-    def __getattr__(self, name):
-        return getattr(self._strategy, name)
-
-
 def count_pass(workload, *, quiet: bool = True) -> Counting:
     """Unique blocks of the trace and each request's already-indexed prefix length."""
     from prefixbench.plugins.blockhash import BlockHashTable
@@ -829,28 +799,6 @@ def load_phase(strategy, oracle, requests, known, n: int, *, block_metas: bool,
         drain()
 
 
-def check_threaded(res: ReplayResult, reqs: list, got: list, oracle, block_size: int) -> None:
-    """The checks replay_threaded makes, against ``oracle`` as loaded: the reference hit
-    rate from the run requests in order, then every answer must be one the oracle holds,
-    with the same metadata (false hits otherwise)."""
-    meta_size = oracle.meta_size
-    res.oracle_hit_tokens = 0
-    res.false_hits = res.short_matches = 0
-    for r in reqs:
-        om = oracle.match(r.match_ids)
-        res.oracle_hit_tokens += min(om.n_blocks * block_size, r.prompt_tokens)
-        oracle.insert(r.insert_ids, make_metas(r.insert_ids, 0, meta_size))
-    for r, m in zip(reqs, got):
-        om = oracle.match(r.match_ids)
-        if m.n_blocks > om.n_blocks:
-            res.false_hits += m.n_blocks - om.n_blocks
-        k = min(m.n_blocks, om.n_blocks)
-        if k and not np.array_equal(m.metas[:k], om.metas[:k]):
-            res.false_hits += int((m.metas[:k] != om.metas[:k]).any(axis=1).sum())
-        elif m.n_blocks < om.n_blocks:
-            res.short_matches += 1
-
-
 def run_setting(cfg: SweepConfig, setting: Setting, workload, cache_bytes: int, *,
                 quiet: bool = True, desc: str | None = None, threads: int | None = None,
                 counting: Counting | None = None, load_requests: int = 0,
@@ -885,14 +833,9 @@ def run_setting(cfg: SweepConfig, setting: Setting, workload, cache_bytes: int, 
                 res = replay(built.strategy, _Tail(workload, it, n), oracle=oracle,
                              quiet=quiet, desc=desc, **_breakdown_kw(cfg))
             else:
-                reqs = list(_Tail(workload, it, n).requests())
-                got: list = [None] * len(reqs)
-                rec = _Recorder(built.strategy, {id(r.match_ids): i for i, r in
-                                                 enumerate(reqs)}, got)
-                res = replay(rec, _Tail(workload, reqs, len(reqs)), threads=threads,
-                             threaded=True, check=False, quiet=quiet,
+                res = replay(built.strategy, _Tail(workload, it, n), threads=threads,
+                             threaded=True, oracle=oracle, quiet=quiet,
                              desc=f"{desc} x{threads}", **_breakdown_kw(cfg))
-                check_threaded(res, reqs, got, oracle, workload.block_size)
         indexed = int(oracle.stats()["entries"])
     finally:
         oracle.close()

@@ -318,29 +318,39 @@ def test_paper_scale_threads_are_checked_against_the_loaded_oracle(small_paper):
         assert r.indexed_blocks == res.paper.unique_blocks
 
 
-def test_check_threaded_counts_false_hits():
-    """A recorded answer with metadata the oracle does not hold is a false hit."""
+def test_threaded_replay_checks_against_a_loaded_oracle():
+    """replay_threaded with a given oracle (holding a load phase) counts no false hit for
+    a strategy loaded the same way - a fresh oracle would - and still catches a lie."""
     import numpy as np
 
     from prefixbench.harness.metas import make_metas
-    from prefixbench.harness.replay import ReplayResult
+    from prefixbench.harness.replay import replay
     from prefixbench.plugins.radix import RadixStrategy
     from prefixbench.plugins.strategy import Match
     from prefixbench.workloads.model import Request
 
     ids = np.arange(1, 9, dtype=np.uint64)
-    req = Request(0, 0, ids[:4], ids, 64)
-    oracle = RadixStrategy(meta_size=16)
-    oracle.insert(ids, make_metas(ids, 0, 16))
-    good = Match(4, make_metas(ids[:4], 0, 16))
-    bad = Match(4, make_metas(ids[:4], 5, 16))
-    res = ReplayResult()
-    sweeps.check_threaded(res, [req], [good], oracle, 16)
-    assert res.false_hits == 0 and res.oracle_hit_tokens == 64
-    oracle = RadixStrategy(meta_size=16)
-    oracle.insert(ids, make_metas(ids, 0, 16))
-    sweeps.check_threaded(res, [req], [bad], oracle, 16)
-    assert res.false_hits == 4
+
+    class Trace:
+        name, block_size = "t", 16
+
+        def requests(self):
+            return iter([Request(0, 0, ids[:4], ids, 64)])
+
+        def __len__(self):
+            return 1
+
+    class Lying(RadixStrategy):
+        def match(self, block_ids):
+            m = super().match(block_ids)
+            return Match(m.n_blocks, make_metas(block_ids[:m.n_blocks], 5, 16))
+
+    for cls, false_hits in ((RadixStrategy, 0), (Lying, 4)):
+        strat, oracle = cls(meta_size=16), RadixStrategy(meta_size=16)
+        for s in (strat, oracle):             # the load phase
+            s.insert(ids, make_metas(ids, 0, 16))
+        res = replay(strat, Trace(), threads=2, threaded=True, oracle=oracle)
+        assert res.false_hits == false_hits and res.oracle_hit_tokens == 64
 
 
 def test_run_requests_beyond_the_trace_is_one_line(small_paper, run_cli):
