@@ -78,7 +78,7 @@ def replay_once(spec: RunSpec, *, quiet: bool, check: bool = True) -> ReplayResu
     built = build(spec.strategy, spec.engine, strategy_options=spec.strategy_options,
                   store_dir=spec.store_dir, cache_bytes=spec.cache_bytes,
                   direct_io=spec.direct_io, durability=spec.durability,
-                  engine_options=spec.engine_options)
+                  engine_options=spec.engine_options, block_tokens=workload.block_size)
     try:
         desc = f"{spec.strategy}" + (f"/{spec.engine}" if built.store is not None else "")
         return replay(built.strategy, workload, limit=spec.limit, quiet=quiet, desc=desc,
@@ -94,7 +94,8 @@ def _warm_match_bench(spec: RunSpec):
     workload = make_workload(spec.workload, spec.workload_options)
     built = build(spec.strategy, spec.engine, strategy_options=spec.strategy_options,
                   store_dir=None, cache_bytes=spec.cache_bytes, direct_io=spec.direct_io,
-                  durability=spec.durability, engine_options=spec.engine_options)
+                  durability=spec.durability, engine_options=spec.engine_options,
+                  block_tokens=workload.block_size)
     total = len(workload) if spec.limit is None else min(spec.limit, len(workload))
     n_warm = max(1, int(total * spec.warm_fraction))
     replay(built.strategy, workload, limit=n_warm, quiet=True, check=False)

@@ -131,7 +131,8 @@ def build_and_snapshot(spec: RecoverSpec, quiet: bool = True) -> dict:
     snap_dir = os.path.join(spec.work_dir, "snapshot")
     built = build(spec.strategy, spec.engine, strategy_options=spec.strategy_options,
                   store_dir=store_dir if spec.engine else None, cache_bytes=spec.cache_bytes,
-                  durability=spec.durability, engine_options=spec.engine_options)
+                  durability=spec.durability, engine_options=spec.engine_options,
+                  block_tokens=_workload(spec, 0).block_size)
     strat = built.strategy
     probes, probe_tokens = [], []
     t0 = time.perf_counter()

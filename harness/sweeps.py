@@ -814,7 +814,8 @@ def run_setting(cfg: SweepConfig, setting: Setting, workload, cache_bytes: int, 
     desc = desc or setting.label
     built = build(setting.strategy, cfg.engine, strategy_options=setting.options,
                   store_dir=None, cache_bytes=cache_bytes, direct_io=cfg.direct_io,
-                  durability=cfg.durability, engine_options=cfg.engine_options)
+                  durability=cfg.durability, engine_options=cfg.engine_options,
+                  block_tokens=workload.block_size)
     oracle = RadixStrategy(meta_size=built.strategy.meta_size)
     try:
         engine_cache = built.store.config.cache_bytes if built.store is not None else None
