@@ -579,6 +579,15 @@ class _Plan:
         self.keys: frozenset = frozenset()
 
 
+#: blocks of at least this many tokens get the ``large-blocks`` preset under ``auto``
+LARGE_BLOCK_TOKENS = 256
+#: the ``large-blocks`` preset: with 512-token blocks (Mooncake) a posting list holds
+#: thousands of segments and 8-bit fields collide (0.998% of the oracle's tokens lost at
+#: the paper's settings); 16-bit fields and R=2 keep the loss near 0.016% at <= 4 B/block.
+#: The paper has no such traces; these values are ours.
+LARGE_BLOCKS = {"R": 2, "N": 4, "b": 16, "stride": 2}
+
+
 class SarpStrategy(IndexStrategy):
     """Sparse adaptive routing over on-store segments (SARP, paper section 4)."""
 
@@ -623,11 +632,24 @@ class SarpStrategy(IndexStrategy):
         "block_tokens": Option(16, "tokens per block, for segment_tokens and interval_tokens "
                                "(the harness passes the workload's block size)",
                                min=1, max=1 << 20),
+        "preset": Option("auto", "routing and filter defaults: paper (R=4, N=8, b=8, "
+                         "stride=2), large-blocks (R=2, N=4, b=16, stride=2, for blocks of "
+                         f"{LARGE_BLOCK_TOKENS}+ tokens), auto = large-blocks when block_tokens "
+                         f">= {LARGE_BLOCK_TOKENS}; options given explicitly win",
+                         choices=("auto", "paper", "large-blocks")),
     }
 
     def __init__(self, store=None, options=None, meta_size: int = META_SIZE):
         super().__init__(store, options, meta_size)
         o = self.opts
+        preset = o["preset"]
+        if preset == "auto":
+            preset = "large-blocks" if o["block_tokens"] >= LARGE_BLOCK_TOKENS else "paper"
+        if preset == "large-blocks":
+            for k, v in LARGE_BLOCKS.items():
+                if k not in (options or {}):
+                    o[k] = v
+        self.preset = preset
         b, N = o["b"], o["N"]
         S, R, self._geometry = resolve_geometry(o["S"], o["R"], o["segment_tokens"],
                                                 o["interval_tokens"], o["block_tokens"])
@@ -677,7 +699,8 @@ class SarpStrategy(IndexStrategy):
         """One line: the window and routing interval in blocks (and the tokens they came
         from), R, and the routing bytes per block so far."""
         st = self.stats()
-        return f"{self._geometry}; routing {st['routing_bytes_per_block']:.2f} B/block"
+        return (f"{self._geometry}; preset {self.preset} (N={self.N}, b={self.bits}, "
+                f"stride={self.stride}); routing {st['routing_bytes_per_block']:.2f} B/block")
 
     # ------------------------------------------------------------------ routing one window
     def _candidates(self, qw: np.ndarray, budget: int):
@@ -1201,7 +1224,7 @@ class SarpStrategy(IndexStrategy):
 
     rebuild_from_store = True
     layout_options = ("S", "R", "N", "b", "stride", "refinement", "pruning", "segment_tokens",
-                      "interval_tokens", "block_tokens")
+                      "interval_tokens", "block_tokens", "preset")
     _SECTIONS = ("keys", "offs", "visible", "next_state", "refine_state", "sizes", "filters",
                  "segs")
 
@@ -1316,7 +1339,8 @@ class SarpStrategy(IndexStrategy):
             "speculative_reads": c["speculative_reads"],
             "speculative_reads_wasted": c["speculative_wasted"],
             "round_trips_per_match": c["match_round_trips"] / m,
-            "geometry": self._geometry, "geometry_S": self.S, "geometry_R": self.R,
+            "geometry": self._geometry, "geometry_preset": self.preset,
+            "geometry_S": self.S, "geometry_R": self.R,
             "geometry_interval": self.S // self.R,
             "segments": c["segments"], "segments_copied": c["segments_copied"],
             "segments_extended": c["segments_extended"],

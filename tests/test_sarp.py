@@ -443,7 +443,8 @@ def test_geometry_is_reported_and_the_harness_passes_the_block_size():
                                      "block_tokens": 512})
     assert (s.S, s.R) == (2, 2)
     assert s.geometry().startswith("segment 1024 tokens -> 2 blocks of 512 tokens, "
-                                   "interval 256 tokens -> 1 block, R=2; routing ")
+                                   "interval 256 tokens -> 1 block, R=2; preset large-blocks "
+                                   "(N=4, b=16, stride=2); routing ")
     assert s.geometry().endswith(" B/block")
     st_ = s.stats()
     assert (st_["geometry_S"], st_["geometry_R"], st_["geometry_interval"]) == (2, 2, 1)
@@ -883,4 +884,45 @@ def test_extreme_ids_other_meta_sizes_and_bad_inputs(meta_size):
         s.insert(ids, metas[:, :0] if meta_size > 1 else metas[:-1])
     with pytest.raises(ValueError):
         s.match(ids.reshape(2, -1))
+    s.close()
+
+
+# ----------------------------------------------------------------------------- presets
+def test_auto_preset_gives_large_blocks_their_filter_and_explicit_options_win():
+    wide = SarpStrategy(MemoryStore(), {"block_tokens": 512})
+    assert (wide.preset, wide.R, wide.N, wide.bits, wide.stride) == ("large-blocks", 2, 4, 16, 2)
+    assert "preset large-blocks (N=4, b=16, stride=2)" in wide.geometry()
+    small = SarpStrategy(MemoryStore(), {"block_tokens": 16})
+    assert (small.preset, small.R, small.N, small.bits, small.stride) == ("paper", 4, 8, 8, 2)
+    mixed = SarpStrategy(MemoryStore(), {"block_tokens": 512, "N": 8, "b": 8})
+    assert (mixed.R, mixed.N, mixed.bits) == (2, 8, 8)          # given options win
+    paper = SarpStrategy(MemoryStore(), {"block_tokens": 512, "preset": "paper"})
+    assert (paper.preset, paper.R, paper.N) == ("paper", 4, 8)
+    forced = SarpStrategy(MemoryStore(), {"preset": "large-blocks"})
+    assert (forced.R, forced.N, forced.bits) == (2, 4, 16)
+    with pytest.raises(ConfigError, match="option preset"):
+        SarpStrategy(MemoryStore(), {"preset": "huge"})
+
+
+def test_a_snapshot_recovers_with_the_preset_it_was_written_with(tmp_path):
+    store = MemoryStore()
+    s = SarpStrategy(store, {"block_tokens": 512, "backfill": "sync"}, meta_size=MS)
+    ids = ids_of(list(range(40)))
+    s.insert(ids, metas_of(ids, 1))
+    s.snapshot(tmp_path)
+    r = SarpStrategy.recover(store, tmp_path, meta_size=MS)
+    assert (r.preset, r.R, r.N, r.bits) == ("large-blocks", 2, 4, 16)
+    assert r.match(ids).n_blocks == 40
+    r.close()
+    s.close()
+
+
+@SETTINGS
+@given(ops=session_sets())
+def test_large_blocks_preset_never_longer_never_unverified(ops):
+    opts = {k: v for k, v in SMALL.items() if k not in ("R", "N", "b", "stride")}
+    s = SarpStrategy(MemoryStore(), dict(opts, block_tokens=512), meta_size=MS)
+    assert s.preset == "large-blocks"
+    run_against_oracle(s, ops, exact=False)
+    registrations_ok(s)
     s.close()
