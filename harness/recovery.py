@@ -137,7 +137,7 @@ def build_and_snapshot(spec: RecoverSpec, quiet: bool = True) -> dict:
     probes, probe_tokens = [], []
     t0 = time.perf_counter()
     reqno = 0
-    bar = progress(spec.entries, f"build {spec.strategy}", quiet)
+    bar = progress(spec.entries, f"build {spec.strategy}", quiet, unit="block")
     try:
         for c in range(copies):
             limit = last_n if c == last_copy else len(cum)
