@@ -400,14 +400,24 @@ def test_paper_block_counts_follow_the_budgets():
 ])
 def test_paper_options_give_the_size_and_keep_the_calibration(name, fraction, span_share,
                                                               candidates):
-    opts = paper_workload_options(name, fraction)
-    wl = syn.make_synthetic(name, **opts)
-    assert wl.profile.groups >= 2            # several sharing groups, not one big one
+    """Several sharing groups already show the paper-size figures: section 3.2's
+    span share (describe) and Table 4's candidates before filtering (sarp's own)."""
+    from prefixbench.engines.memory import MemoryStore
+    from prefixbench.harness.replay import replay
+    from prefixbench.plugins.sarp import SarpStrategy
+
+    wl = syn.make_synthetic(name, **paper_workload_options(name, fraction))
+    assert wl.profile.groups >= 2
     d = describe(wl)
-    f = float(Fraction(fraction))
-    assert d["unique_blocks"] == pytest.approx(f * PAPER_BLOCKS[name], rel=0.1)
+    assert d["unique_blocks"] == pytest.approx(float(Fraction(fraction)) * PAPER_BLOCKS[name],
+                                               rel=0.1)
     assert d["span_share_gt3"] == pytest.approx(span_share, rel=0.25)
-    assert d["candidates_per_routing_entry"] == pytest.approx(candidates, rel=0.25)
+    s = SarpStrategy(MemoryStore(), {"backfill": "sync"})
+    try:
+        got = replay(s, wl).strategy_stats["candidates_before_filtering"]
+    finally:
+        s.close()
+    assert got == pytest.approx(candidates, rel=0.25)
 
 
 def test_paper_preset_defaults_to_the_paper_size_and_is_deterministic():

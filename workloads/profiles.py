@@ -253,33 +253,38 @@ PAPER_BLOCKS: dict[str, int] = {
     for name, mib in (("codeact", 5), ("lmcache-agent", 16), ("eabf", 29), ("ultrachat", 362))
 }
 
-#: unique blocks per session of each profile at its default size (block size
-#: 16, seed 0: describe's unique blocks / sessions); with one sharing group per
-#: default-sized set of sessions this holds at any size
+#: unique blocks per session of each profile (block size 16, seed 0:
+#: describe's unique blocks / sessions at the default size, ultrachat at
+#: preset ``paper``); shared pieces are per group, so it holds at any size
 BLOCKS_PER_SESSION: dict[str, float] = {
     "codeact": 17_226 / 200,
     "lmcache-agent": 50_296 / 20,
     "eabf": 137_820 / 150,
-    "ultrachat": 172_764 / 2000,
+    "ultrachat": 914_949 / 10_600,
 }
 
 #: workload presets: ``small`` is the profile as defined above; ``paper``
-#: gives the paper's size (unless ``sessions=`` says otherwise) and one
-#: sharing group per default-sized set of sessions
+#: gives the paper's size (unless ``sessions=`` says otherwise) with the
+#: sharing grown in groups (:data:`PAPER_KNOBS`)
 PRESETS = ("small", "paper")
 
 
-#: shared system-prompt heads of preset ``paper``: groups diverge at the
-#: start of the span that already has many alternatives at the small size
-_PAPER_HEADS = {
-    "codeact": {"system_head_tokens": 48 * 16},          # blocks 0..47; block 48 differs
-    "lmcache-agent": {"system_head_tokens": 176 * 16},   # blocks 0..175; block 176 differs
+#: knob overrides of preset ``paper`` (sessions aside; see the module docstring)
+PAPER_KNOBS: dict[str, dict] = {
+    # one group per default-sized set of sessions; the groups' system prompts
+    # share a head and diverge at the start of a span that already has many
+    # alternatives at the small size (block 48 of codeact, 176 of lmcache-agent)
+    "codeact": {"group_sessions": 200, "system_head_tokens": 48 * 16},
+    "lmcache-agent": {"group_sessions": 20, "system_head_tokens": 176 * 16},
+    "eabf": {"group_sessions": 150},
+    # a larger audience per opening: sarp's own Table 4 figure, not the proxy
+    "ultrachat": {"group_sessions": 2650},
 }
 
 
 def paper_knobs(name: str) -> dict:
     """The knob overrides of preset ``paper`` for profile ``name``, sessions aside."""
-    return {"group_sessions": PROFILES[name].sessions, **_PAPER_HEADS.get(name, {})}
+    return dict(PAPER_KNOBS[name])
 
 
 def paper_sessions(name: str, fraction=1.0) -> int:
