@@ -11,7 +11,9 @@ the same here, as a library call the sweeps make:
 2. search the in-memory share of the tree, ``cap_fraction`` of
    ``segment-radix-capped`` (budget ``max(1, ceil(f * nodes))``), by bisection
    on a log scale between 1e-4 and 1: build and recover the capped tree the
-   same way at the midpoint, keep the half whose ratio (capped median / sarp
+   same way at a guess inside the bracket (interpolated towards the band's
+   geometric middle from the points measured so far, else the midpoint; see
+   :func:`_next_log_fraction`), keep the part whose ratio (capped median / sarp
    median) can still reach the band, until a median ratio lands in the band.
 
 Decisions where the issue is silent:
@@ -237,7 +239,7 @@ def choose_cap(*, workload: str, workload_options: dict, engine: str, entries: i
     steps: list = []
     best = None                                 # (distance, fraction, nodes, capped_s, median, ratio)
     for step in range(1, max_steps + 1):
-        f = math.exp((lo + hi) / 2)
+        f = math.exp(_next_log_fraction(lo, hi, steps, band))
         if total:
             nodes = _budget(f, total)
             if nodes in seen:                   # no budget left between the ends: converged
@@ -266,6 +268,34 @@ def choose_cap(*, workload: str, workload_options: dict, engine: str, entries: i
                      ratio=ratio, in_band=_d == 0, entries=entries, workload=workload,
                      engine=engine, steps=steps, workload_options=workload_options, band=band,
                      engine_options=engine_options, strategy_options=strategy_options)
+
+
+def _next_log_fraction(lo: float, hi: float, steps: list, band) -> float:
+    """The next log fraction to measure inside the bracket ``(lo, hi)``.
+
+    Capped recovery grows about linearly with the resident share, so the guess
+    aims at the band's geometric middle: by interpolating log ratio against log
+    fraction between the measured points that bracket the band, or - with one
+    side measured - by scaling that point's fraction in proportion.  A guess
+    within a tenth of the bracket of either end, or with nothing measured yet,
+    falls back to the bracket's midpoint, so the search always shrinks the
+    bracket as bisection would.
+    """
+    mid = (lo + hi) / 2
+    target = (math.log(band[0]) + math.log(band[1])) / 2
+    pts = [(math.log(f), math.log(r)) for f, _m, r in steps if f > 0 and 0 < r < math.inf]
+    below = [p for p in pts if p[1] < target]
+    above = [p for p in pts if p[1] > target]
+    if below and above:
+        (fl, rl), (fh, rh) = max(below), min(above)
+        guess = fl + (target - rl) * (fh - fl) / (rh - rl) if rh != rl else mid
+    elif pts:
+        f0, r0 = (max(below) if below else min(above))
+        guess = f0 + (target - r0)
+    else:
+        return mid
+    margin = (hi - lo) / 10
+    return guess if lo + margin < guess < hi - margin else mid
 
 
 # ----------------------------------------------------------------------------- cache

@@ -54,6 +54,19 @@ def test_search_lands_in_the_band(monkeypatch):
         assert (f1 < f0) if r0 > BAND[1] else (f1 > f0)
 
 
+def test_search_interpolates_towards_the_band():
+    """Recovery about linear in the fraction: the guesses reach the band in at most
+    three builds, where bisection from 1e-4..1 needs more (each build is minutes)."""
+    fake = FakeMeasure(lambda f: 0.004 + 0.5 * f)
+    caprule_measure = caprule._measure
+    try:
+        caprule._measure = fake
+        c = choose_cap(**TINY)
+    finally:
+        caprule._measure = caprule_measure
+    assert c.in_band and len(c.steps) <= 3
+
+
 @pytest.mark.parametrize("model, want", [(lambda f: 0.001 + 0.005 * f, "low"),
                                          (lambda f: 1.0 + f, "high")])
 def test_unreachable_band_reports_the_closest_and_stops(monkeypatch, model, want):
