@@ -36,7 +36,7 @@ from collections import defaultdict
 
 __all__ = ["STORAGE", "SPILL", "FALLBACK", "ROUTING", "HASHING", "VERIFY", "ENCODE", "LOCK",
            "REST", "ORDER", "STORAGE_KINDS", "enable", "enabled", "enter", "enter_storage",
-           "leave", "phase", "reset", "storage_call", "totals", "switches", "calibrate",
+           "leave", "phase", "reset", "storage_call", "timed_call", "totals", "switches", "calibrate",
            "ordered", "TimedLock"]
 
 #: engine calls (reads and writes), attributed by the engine itself
@@ -149,6 +149,18 @@ def storage_call(fn, *args):
         end = _now()
         s.totals[STORAGE] += end - now
         s.since = end
+
+
+def timed_call(name: str, fn, *args):
+    """``fn(*args)`` as phase ``name``: :func:`enter`, the call and :func:`leave` in
+    one line, for a strategy whose whole call is one phase."""
+    if not _ON:
+        return fn(*args)
+    enter(name)
+    try:
+        return fn(*args)
+    finally:
+        leave()
 
 
 def leave() -> None:

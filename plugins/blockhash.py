@@ -192,23 +192,10 @@ class DramBlockHashStrategy(IndexStrategy):
         self._insert = self._table.insert
 
     def match(self, block_ids: np.ndarray) -> Match:
-        if not _phases._ON:
-            return self._match(block_ids)
-        _phases.enter(ROUTING)
-        try:
-            return self._match(block_ids)
-        finally:
-            _phases.leave()
+        return _phases.timed_call(ROUTING, self._match, block_ids)
 
     def insert(self, block_ids: np.ndarray, metas: np.ndarray) -> None:
-        if not _phases._ON:
-            self._insert(block_ids, metas)
-            return
-        _phases.enter(ROUTING)
-        try:
-            self._insert(block_ids, metas)
-        finally:
-            _phases.leave()
+        _phases.timed_call(ROUTING, self._insert, block_ids, metas)
 
     # durability: snapshot = every entry (two bulk arrays); recovery loads them and
     # rebuilds the table with one compiled bulk insert; acknowledged inserts after
@@ -339,14 +326,7 @@ class SsdBlockHashStrategy(IndexStrategy):
         return Match(n, np.frombuffer(buf, dtype=np.uint8).reshape(n, ms))
 
     def insert(self, block_ids: np.ndarray, metas: np.ndarray) -> None:
-        if not _phases._ON:
-            self._insert(block_ids, metas)
-            return
-        _phases.enter(ROUTING)
-        try:
-            self._insert(block_ids, metas)
-        finally:
-            _phases.leave()
+        _phases.timed_call(ROUTING, self._insert, block_ids, metas)
 
     def _insert(self, block_ids: np.ndarray, metas: np.ndarray) -> None:
         ids = as_block_ids(block_ids)

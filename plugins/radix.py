@@ -269,23 +269,10 @@ class RadixStrategy(IndexStrategy):
         self._insert = self._tree.insert
 
     def match(self, block_ids: np.ndarray) -> Match:
-        if not _phases._ON:
-            return self._match(block_ids)
-        _phases.enter(ROUTING)
-        try:
-            return self._match(block_ids)
-        finally:
-            _phases.leave()
+        return _phases.timed_call(ROUTING, self._match, block_ids)
 
     def insert(self, block_ids: np.ndarray, metas: np.ndarray) -> None:
-        if not _phases._ON:
-            self._insert(block_ids, metas)
-            return
-        _phases.enter(ROUTING)
-        try:
-            self._insert(block_ids, metas)
-        finally:
-            _phases.leave()
+        _phases.timed_call(ROUTING, self._insert, block_ids, metas)
 
     # durability: the tree's arrays in bulk; acknowledged inserts after the
     # snapshot come back from the insert log (enable_log)
