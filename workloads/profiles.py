@@ -14,8 +14,9 @@ two messages share blocks only where the profile makes them share a prefix:
 * **forks**: a turn that continues an earlier turn instead of the last one.
 
 Only ``sessions``, ``seed`` and ``length_scale`` are meant to be overridden
-(the ``sessions=``, ``scale=``, ``seed=``, ``length_scale=`` workload options);
-the other knobs are the calibration.
+(the ``sessions=``, ``scale=``, ``seed=``, ``length_scale=`` workload options),
+plus ``preset=paper`` for the paper's sizes (below); the other knobs are the
+calibration.
 
 Calibration
 -----------
@@ -36,8 +37,61 @@ the 14th token, CodeAct only)::
 
 Both statistics depend on size: the share of spans on session length, the
 candidate counts on how many sessions share a prefix.  Runs with more
-``sessions=`` keep the span share and grow the candidate sets (as a larger
-data set would); ``length_scale`` changes both.
+``sessions=`` of one profile keep the span share and grow the candidate sets
+(one system prompt heard by every session: sarp's refinement then splits its
+posting list, and its Table 4 figure on codeact falls from 59.6 at 200
+sessions to 11.5 at 2,000); ``length_scale`` changes both.
+
+The paper's sizes
+-----------------
+The paper's budgets are 10% of ssd-blockhash's uncompressed store at 24 B
+per indexed block (:data:`PAPER_BLOCKS`: 2.2M, 7.0M, 12.7M, 158M blocks).
+``preset=paper`` (:func:`paper_workload_options` for a fraction) grows a
+profile the way a larger data set grows: by more *sources*, not by a larger
+audience per prompt.  A data set ten times larger has about ten times the
+tasks, system-prompt variants and conversation openings, and each is heard
+by about as many sessions as before - a system prompt's audience is the
+trajectories generated with it, an opening's the users who typed it.  So
+sessions fall into sharing groups of ``group_sessions`` (session ``i`` in
+group ``i % groups``), and every group draws its system prompts, task
+prompts and openers from pools of its own, of the profile's per-group sizes.
+
+Two consequences are calibrated, not left to chance:
+
+* agent frameworks share their instructions: the groups' system prompts of
+  codeact and lmcache-agent open with one common head (``system_head_tokens``)
+  and diverge at block 48 (codeact) / 176 (lmcache-agent), the first block of
+  a span that already has many alternatives at the small size (the task or
+  the user's first message starts there).  Without the head every history's
+  first span would have one alternative per group (codeact: 35% of spans
+  above three alternatives instead of 21%);
+* ultrachat's groups hold 2,650 sessions per 40 openings, not the default
+  2,000: the default was calibrated on the describe proxy, and sarp's own
+  Table 4 figure at 2,000 per group is 19.4 (-20%); at 2,650 it is 24.0.
+
+Sessions for a block target use :data:`BLOCKS_PER_SESSION` (shared pieces
+are per group, so blocks per session do not drift with size).  Measured at
+the paper's size (seed 0, block size 16; ``describe`` for the span share,
+sarp on the memory engine with ``backfill=sync`` for Table 4's
+``candidates_before_filtering``; the small size's sarp figure beside it)::
+
+    profile        size          unique blocks   spans > 3 (paper)    Table 4 (paper)   small: sarp
+    codeact        1             2,211,228       21.83% (21.31%)      62.6 (59.3)        59.6
+    lmcache-agent  1             6,926,528        0.60%  (0.60%)      1.82 (1.78)        1.81
+    eabf           1            12,891,669        1.79%  (1.78%)      1.04 (1.01)        1.02
+    ultrachat      1/8          19,815,602       16.85% (16.85%)      24.0 (24.3)        19.9
+
+All within 25% of the paper (the largest gap: codeact's Table 4, +5.6%).  The
+describe proxy agrees except on ultrachat at the paper preset (30.3): sarp's
+refinement splits the largest opening lists there, the proxy does not.
+Ultrachat's full 158M blocks do not fit here.  Generation streams: the
+replay holds no tokens, only the block ids of turns a later turn continues
+(under round-robin every session's history, about 8 B per unique block:
+eabf's 12.9M blocks replay in 130 MB peak).  But ``describe``'s exact trie
+takes 230-340 B per block (4.5 GB at ultrachat's 19.8M) and the sarp replay
+with its radix shadow about 80 B and 16-24 us per block, so the full size
+would need some 40-50 GB for describe (this machine has 23 GB) and about 45
+minutes for sarp: 1/8 is the largest power-of-two fraction measured for both.
 """
 from __future__ import annotations
 

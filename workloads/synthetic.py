@@ -5,7 +5,15 @@ lengths, parents, shared prefixes) are drawn for all sessions at once from a
 counter-based hash of ``(seed, profile, what, session, turn)``, and so are the
 token ids of each turn, when the replay reaches it.  So any session or turn
 can be produced alone, and replay keeps only the block ids of turns that a
-later turn still continues - never the tokens of the whole workload.
+later turn still continues - never the tokens of the whole workload.  The
+plans are flat per-turn arrays (about 24 B a turn), so a paper-size
+workload's replay needs no per-session objects.
+
+Shared pieces (system prompts, task prompts, openers) are numbered per
+sharing group: group ``g`` of a pool of ``n`` per group owns pieces
+``[g*n, (g+1)*n)``, and with one group (the default) the draws are the ones
+the profile always had.  A system prompt of a later group starts with the
+first ``system_head_tokens`` of group 0's prompt of the same rank.
 
 Block ids are computed incrementally: a turn hashes only its new tokens
 (plus the partial last block of its parent) starting from the parent's last
