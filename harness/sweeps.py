@@ -1234,6 +1234,12 @@ def _strategies_table(res: SweepResult) -> str:
                   f"{sarp[0].memory_bytes:,} ({_num(sarp[0].memory_bytes_per_block)} B/block)"),
                  ("segments (copied, extended in place)",
                   f"{s['segments']:,} ({s['segments_copied']:,}, {s['segments_extended']:,})")]
+        if s.get("geometry"):
+            extra.append(("geometry", f"{s['geometry']}, preset {s.get('geometry_preset', '-')}"))
+        if "insert_reads_per_insert" in s:
+            extra.append(("segment reads per insert (records reused from the match)",
+                          f"{_num(s['insert_reads_per_insert'], 3)} "
+                          f"({s.get('insert_records_reused_from_match', 0):,})"))
         pad = ("", "") if cal else ()
         rows4 += [(a, b, *pad) for a, b in extra]
         head = ("figure", "value") + (("paper", f"within {CALIBRATION_TOLERANCE:.0%}")
