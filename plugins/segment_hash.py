@@ -155,14 +155,15 @@ class SegmentHashStrategy(IndexStrategy):
         self._corrupt = 0
 
     # ------------------------------------------------------------------ core
-    def _find(self, q: np.ndarray) -> tuple[int, list, int, int, int]:
-        """Longest verified prefix: ``(blocks, metadata parts, reads, fallback reads,
-        corrupt records seen)``."""
+    def _find(self, q: np.ndarray, start: int = 0) -> tuple[int, list, int, int, int]:
+        """Longest verified prefix: ``(blocks, metadata parts from window ``start``,
+        reads, fallback reads, corrupt records seen)``; ``start`` (a window start)
+        skips windows known to be indexed."""
         n = len(q)
         if n == 0:
             return 0, [], 0, 0, 0
         if not _phases._ON:
-            return self._probe(q, record_keys(q).tolist(), False)
+            return self._probe(q, record_keys(q).tolist(), False, start)
         _phases.enter(HASHING)
         try:
             keys = record_keys(q).tolist()
@@ -170,11 +171,12 @@ class SegmentHashStrategy(IndexStrategy):
             _phases.leave()
         _phases.enter(VERIFY)
         try:
-            return self._probe(q, keys, True)
+            return self._probe(q, keys, True, start)
         finally:
             _phases.leave()
 
-    def _probe(self, q: np.ndarray, keys: list, timed: bool) -> tuple[int, list, int, int, int]:
+    def _probe(self, q: np.ndarray, keys: list, timed: bool,
+               start: int = 0) -> tuple[int, list, int, int, int]:
         """:meth:`_find`'s window loop over the precomputed ``keys``; ``timed`` marks
         the reads after each window's first as fallback."""
         n, S = len(q), self.S
@@ -182,7 +184,7 @@ class SegmentHashStrategy(IndexStrategy):
         ms = self.meta_size
         parts: list = []
         reads = fallback = corrupt = 0
-        ws = 0
+        ws = start
         while ws < n:
             qlen = min(S, n - ws)
             p = 0
@@ -234,13 +236,22 @@ class SegmentHashStrategy(IndexStrategy):
         return Match(n, parts[0] if len(parts) == 1 else np.concatenate(parts))
 
     def insert(self, block_ids: np.ndarray, metas: np.ndarray) -> None:
+        self._insert(block_ids, metas, 0)
+
+    def insert_known_prefix(self, block_ids: np.ndarray, metas: np.ndarray, known: int) -> None:
+        """``insert``, probing only from the window that holds block ``known``: the
+        records of a window are keyed by chained ids, which name the whole prefix, so
+        the windows before it need no reads (bulk loads know ``known`` from a first pass)."""
+        self._insert(block_ids, metas, (max(0, int(known)) // self.S) * self.S)
+
+    def _insert(self, block_ids: np.ndarray, metas: np.ndarray, start: int) -> None:
         q = as_block_ids(block_ids)
         n, ms = len(q), self.meta_size
         m = as_metas(metas, n, ms)
         if n == 0:
             return
         with self._insert_lock:
-            d, parts, reads, _, corrupt = self._find(q)
+            d, parts, reads, _, corrupt = self._find(q, start)
             with self._count_lock:
                 self._insert_reads += reads
                 self._corrupt += corrupt
@@ -254,7 +265,7 @@ class SegmentHashStrategy(IndexStrategy):
                 lo = int(starts.min())
                 if lo < d:                           # records reaching back keep first metadata
                     m = m.copy()
-                    m[lo:d] = np.concatenate(parts)[lo:d]
+                    m[lo:d] = np.concatenate(parts)[lo - start:d - start]
                 items = encode_records(record_keys(q[d:]), starts, lens, q, m, ms)
             finally:
                 if on:
