@@ -79,6 +79,7 @@ sarp on the memory engine with ``backfill=sync`` for Table 4's
     codeact        1             2,211,228       21.83% (21.31%)      62.6 (59.3)        59.6
     lmcache-agent  1             6,926,528        0.60%  (0.60%)      1.82 (1.78)        1.81
     eabf           1            12,891,669        1.79%  (1.78%)      1.04 (1.01)        1.02
+    ultrachat      1/4          39,681,931       16.83% (16.85%)      24.1 (24.3)        19.9
     ultrachat      1/8          19,815,602       16.85% (16.85%)      24.0 (24.3)        19.9
 
 All within 25% of the paper (the largest gap: codeact's Table 4, +5.6%).  The
@@ -88,10 +89,11 @@ Ultrachat's full 158M blocks do not fit here.  Generation streams: the
 replay holds no tokens, only the block ids of turns a later turn continues
 (under round-robin every session's history, about 8 B per unique block:
 eabf's 12.9M blocks replay in 130 MB peak).  But ``describe``'s exact trie
-takes 230-340 B per block (4.5 GB at ultrachat's 19.8M) and the sarp replay
-with its radix shadow about 80 B and 16-24 us per block, so the full size
-would need some 40-50 GB for describe (this machine has 23 GB) and about 45
-minutes for sarp: 1/8 is the largest power-of-two fraction measured for both.
+takes 230-340 B per block (9.0 GB at ultrachat's 39.7M) and the sarp replay
+with its radix shadow about 80 B and 16-24 us per block (3.1 GB and 11
+minutes at 39.7M), so the full size would need some 36-50 GB for describe
+(this machine has 23 GB) and about 45 minutes for sarp: 1/4 is the largest
+power-of-two fraction measured for both.
 """
 from __future__ import annotations
 

@@ -346,11 +346,12 @@ def _parse(name: str, value, kind, lo=None, hi=None):
 def make_synthetic(profile: str, **options) -> SyntheticWorkload:
     """Build a synthetic workload from (possibly string) CLI options.
 
-    ``preset=paper`` starts from the paper's size with one sharing group per
-    default-sized set of sessions (``small``, the default: the profile as
-    defined); ``sessions=N`` sets the number of sessions, ``scale=X``
-    multiplies it, ``seed=``, ``length_scale=``, ``group_sessions=``,
-    ``namespace=`` and ``block_size=`` as in :class:`SyntheticWorkload` and
+    ``preset=paper`` starts from the paper's size with sharing grown in groups
+    (:data:`~prefixbench.workloads.profiles.PAPER_KNOBS`; ``small``, the
+    default, is the profile as defined); ``sessions=N`` sets the number of
+    sessions, ``scale=X`` multiplies it, ``seed=``, ``length_scale=``,
+    ``group_sessions=``, ``system_head_tokens=``, ``namespace=`` and
+    ``block_size=`` as in :class:`SyntheticWorkload` and
     :class:`~prefixbench.workloads.profiles.Profile`.
     """
     if profile not in PROFILES:
