@@ -93,22 +93,13 @@ def _workload(spec: RecoverSpec, copy: int):
 
 def _per_request_unique(spec: RecoverSpec) -> tuple[np.ndarray, np.ndarray]:
     """Cumulative unique blocks after each request of one copy, and how many leading
-    blocks of each request were indexed before it (its new blocks are the rest: chained
-    ids make the indexed blocks of a request a prefix).  Every copy has the same."""
-    from prefixbench.plugins.blockhash import BlockHashTable
-    t = BlockHashTable(1, 1024)
-    out, known = [], []
-    total = 0
-    for req in _workload(spec, 0).requests():
-        ids = req.insert_ids
-        new = t.insert(ids, np.zeros((len(ids), 1), np.uint8))
-        total += new
-        out.append(total)
-        known.append(len(ids) - new)
-    if not total:
+    blocks of each request were indexed before it (the sweeps' counting pass; every
+    copy has the same)."""
+    from prefixbench.harness.sweeps import count_pass
+    c = count_pass(_workload(spec, 0))
+    if not c.unique_blocks:
         raise ConfigError(f"workload {spec.workload}: no full block to index")
-    return np.array(out, dtype=np.int64), np.array(known, dtype=np.int64)
-
+    return c.cumulative, c.known
 
 def _digest(h, m) -> None:
     h.update(int(m.n_blocks).to_bytes(8, "little"))

@@ -608,6 +608,8 @@ class Counting:
     requests: int
     unique_blocks: int
     known: object          # int64 array, one per request
+    #: int64 array: unique blocks indexed after each request (recover's build stops on it)
+    cumulative: object = None
 
 
 @dataclass
@@ -761,6 +763,7 @@ def count_pass(workload, *, quiet: bool = True) -> Counting:
 
     table = BlockHashTable(1, 1024)
     known = np.zeros(max(len(workload), 1), dtype=np.int64)
+    cum = np.zeros(len(known), dtype=np.int64)
     total = n = 0
     bar = progress(len(workload), "[count] unique blocks", quiet)
     try:
@@ -770,13 +773,15 @@ def count_pass(workload, *, quiet: bool = True) -> Counting:
             total += new
             if n >= len(known):
                 known = np.resize(known, 2 * len(known))
+                cum = np.resize(cum, len(known))
             known[n] = len(ids) - new
+            cum[n] = total
             n += 1
             bar.update(1)
     finally:
         bar.close()
     del table
-    return Counting(n, int(total), known[:n])
+    return Counting(n, int(total), known[:n], cum[:n])
 
 
 def load_phase(strategy, oracle, requests, known, n: int, *, block_metas: bool,

@@ -10,16 +10,11 @@ import pytest
 from prefixbench.harness import preflight, recovery, sweeps
 from prefixbench.harness.errors import ConfigError, PrefixbenchError
 
+from cli_support import one_line_error as _one_line_error
+
 HUGE = 1e18
 
 
-def _one_line_error(code, err, *needles):
-    assert code != 0
-    lines = [ln for ln in err.strip().splitlines() if ln.strip()]
-    assert len(lines) == 1, err
-    assert lines[0].startswith("prefixbench: error:") and "Traceback" not in err
-    for n in needles:
-        assert n in lines[0], (n, lines[0])
 
 
 def _free(monkeypatch, disk=HUGE, memory=HUGE):

@@ -12,6 +12,8 @@ import pytest
 from prefixbench.harness import sweeps
 from prefixbench.harness.errors import ConfigError
 
+from cli_support import one_line_error as _one_line_error
+
 TINY = {"sessions": "20"}
 
 
@@ -35,13 +37,6 @@ def strategies():
     return sweeps.run_sweep(_cfg("strategies"))
 
 
-def _one_line_error(code, err, *needles):
-    assert code != 0
-    lines = [ln for ln in err.strip().splitlines() if ln.strip()]
-    assert len(lines) == 1, err
-    assert lines[0].startswith("prefixbench: error:") and "Traceback" not in err
-    for n in needles:
-        assert n in lines[0], (n, lines[0])
 
 
 # ----------------------------------------------------------------------------- retrieval
