@@ -5,16 +5,16 @@ modules under ``prefixbench.harness``, ``.plugins``, ``.engines``,
 ``.workloads`` and ``.reports``.
 """
 from prefixbench.engines.base import SegmentStore, StoreConfig, StoreStats, WriteBatch
-from prefixbench.harness.blockids import chain_ids, chain_tokens, namespace_seed
-from prefixbench.harness.errors import (
+from prefixbench.blockids import chain_ids, chain_tokens, namespace_seed
+from prefixbench.errors import (
     ConfigError,
     MissingDependencyError,
     PrefixbenchError,
     TraceFormatError,
     UnknownPluginError,
 )
-from prefixbench.plugins.hookspecs import hookimpl
-from prefixbench.plugins.registry import get_registry
+from prefixbench.hookspecs import hookimpl
+from prefixbench.registry import get_registry
 from prefixbench.plugins.strategy import IndexStrategy, Match, Option
 from prefixbench.workloads.model import Request, Session, Turn, Workload
 

@@ -7,7 +7,7 @@ scan visits keys in numeric order.
 Subclasses implement the underscored primitives; the public methods here keep
 the logical counters (:class:`StoreStats`) in one place so every engine counts
 reads and writes the same way, and time the primitive as engine time
-(:mod:`prefixbench.harness.phases`) while the phase clocks are on: the
+(:mod:`prefixbench.phases`) while the phase clocks are on: the
 primitive alone, not the key checks around it.  Scans are timed per item
 fetched (only when the clocks are on as the scan starts); sync too.
 """
@@ -21,9 +21,9 @@ import struct
 from dataclasses import dataclass, field, fields
 from typing import Iterable, Iterator, Sequence
 
-from prefixbench.harness import phases as _phases
-from prefixbench.harness.errors import ConfigError, MissingDependencyError, StoreError
-from prefixbench.harness.units import parse_size
+from prefixbench import phases as _phases
+from prefixbench.errors import ConfigError, MissingDependencyError, StoreError
+from prefixbench.units import parse_size
 
 _KEY = struct.Struct(">Q")
 MAX_KEY = (1 << 64) - 1

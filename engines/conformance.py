@@ -36,7 +36,7 @@ import pytest
 
 from prefixbench.engines.base import MAX_KEY
 from prefixbench.engines.conformance_child import batch_items, open_store, resolve_engine
-from prefixbench.harness.errors import StoreError
+from prefixbench.errors import StoreError
 
 __all__ = ["EngineConformance", "open_store", "resolve_engine"]
 

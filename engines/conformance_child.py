@@ -30,7 +30,7 @@ def resolve_engine(spec: str):
         for part in attr.split("."):
             obj = getattr(obj, part)
         return obj
-    from prefixbench.plugins.registry import get_registry
+    from prefixbench.registry import get_registry
     return get_registry().get("engine", spec).factory
 
 

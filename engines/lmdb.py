@@ -42,8 +42,8 @@ from prefixbench.engines.base import (
     int_option,
     prepare_store_dir,
 )
-from prefixbench.harness.errors import ConfigError, StoreError
-from prefixbench.plugins.hookspecs import hookimpl
+from prefixbench.errors import ConfigError, StoreError
+from prefixbench.hookspecs import hookimpl
 
 _PACK = encode_key
 _OPTIONS = {"map_size", "max_readers"}

@@ -5,7 +5,7 @@ import bisect
 import threading
 
 from prefixbench.engines.base import SegmentStore, StoreConfig
-from prefixbench.plugins.hookspecs import hookimpl
+from prefixbench.hookspecs import hookimpl
 
 
 class MemoryStore(SegmentStore):

@@ -90,9 +90,9 @@ from prefixbench.engines.base import (
     int_option,
     prepare_store_dir,
 )
-from prefixbench.harness.durable import fsync_dir, publish_file
-from prefixbench.harness.errors import ConfigError, StoreError
-from prefixbench.plugins.hookspecs import hookimpl
+from prefixbench.durable import fsync_dir, publish_file
+from prefixbench.errors import ConfigError, StoreError
+from prefixbench.hookspecs import hookimpl
 
 FORMAT = "prefixbench-packfile"
 VERSION = 1

@@ -47,8 +47,8 @@ from prefixbench.engines.base import (
     int_option,
     prepare_store_dir,
 )
-from prefixbench.harness.errors import StoreError
-from prefixbench.plugins.hookspecs import hookimpl
+from prefixbench.errors import StoreError
+from prefixbench.hookspecs import hookimpl
 
 URI = "table:segments"
 _MIN_CACHE = 1 << 20

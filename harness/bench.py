@@ -18,9 +18,9 @@ import pyperf
 
 from prefixbench.harness import pyperf_io
 from prefixbench.harness.build import build
-from prefixbench.harness.errors import ConfigError, PrefixbenchError
+from prefixbench.errors import ConfigError, PrefixbenchError
 from prefixbench.harness.replay import ReplayResult, replay
-from prefixbench.plugins.registry import get_registry
+from prefixbench.registry import get_registry
 
 
 @dataclass
@@ -154,10 +154,10 @@ def run(spec: RunSpec, *, output: str | None, quiet: bool, our_argv: list[str],
         if quiet and not is_worker:
             argv.append("--quiet")
         runner.parse_args(argv)
-        from prefixbench.harness import accel
-        if accel.PURE:          # pyperf workers start with a clean environment
+        from prefixbench import twins
+        if twins.PURE:          # pyperf workers start with a clean environment
             runner.args.inherit_environ = [*(runner.args.inherit_environ or []),
-                                           accel.ENV_VAR]
+                                           twins.ENV_VAR]
         runner.metadata.update(metadata)
         runner.metadata["gc"] = "frozen+disabled in workers after warm-up"
         time_func, n_queries, cleanup = _warm_match_bench(spec) if is_worker else (None, 1, None)

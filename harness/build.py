@@ -7,9 +7,9 @@ import tempfile
 from dataclasses import dataclass
 
 from prefixbench.engines.base import SegmentStore, StoreConfig
-from prefixbench.harness.errors import ConfigError, StoreError
-from prefixbench.harness.units import parse_size  # noqa: F401  (re-exported for the CLI)
-from prefixbench.plugins.registry import get_registry
+from prefixbench.errors import ConfigError, StoreError
+from prefixbench.units import parse_size  # noqa: F401  (re-exported for the CLI)
+from prefixbench.registry import get_registry
 from prefixbench.plugins.strategy import IndexStrategy
 
 def parse_kv(option: str, items) -> dict:

@@ -51,7 +51,7 @@ import sys
 import tempfile
 from dataclasses import asdict, dataclass, field
 
-from prefixbench.harness.errors import ConfigError
+from prefixbench.errors import ConfigError
 
 __all__ = ["CapChoice", "choose_cap", "load_choice", "save_choice", "choice_key", "BAND",
            "PAPER_ENTRIES", "PAPER_RECOVERIES", "MIN_FRACTION"]
@@ -201,7 +201,7 @@ def _check(entries, recoveries, band, max_steps, engine, allow_small) -> None:
     if not engine:
         raise ConfigError("option --engine: the cap rule needs an engine "
                           "(recovery is timed in fresh processes)")
-    from prefixbench.plugins.registry import get_registry
+    from prefixbench.registry import get_registry
     info = get_registry().get("engine", engine)
     if getattr(info.factory, "volatile", False):
         raise ConfigError(f"option --engine: {engine} is volatile (nothing survives for the "

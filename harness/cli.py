@@ -12,7 +12,7 @@ import subprocess
 import sys
 import tempfile
 
-from prefixbench.harness.errors import ConfigError, PrefixbenchError
+from prefixbench.errors import ConfigError, PrefixbenchError
 
 EPILOG = "Run 'prefixbench COMMAND --help' for a command's options."
 
@@ -423,7 +423,7 @@ def cmd_scale(args, leftover, argv, quiet):
 
 
 def cmd_plugins(args, leftover, argv, quiet):
-    from prefixbench.plugins.registry import get_registry
+    from prefixbench.registry import get_registry
 
     infos = get_registry().all()
     if args.json:
@@ -539,7 +539,7 @@ def cmd_recover(args, leftover, argv, quiet):
         work_dir=args.work_dir, repeat=args.repeat, force=args.force)
     if not 1 <= args.repeat <= 100:
         raise ConfigError(f"option --repeat: {args.repeat} must be between 1 and 100")
-    from prefixbench.plugins.registry import get_registry
+    from prefixbench.registry import get_registry
     cls = get_registry().get("strategy", spec.strategy).factory
     if cls.needs_store and not spec.engine:
         raise ConfigError(f"option --engine: strategy {spec.strategy} stores its index in an engine")
@@ -597,7 +597,7 @@ def cmd_engine_bench(args, leftover, argv, quiet):
 
 
 def cmd_payload(args, leftover, argv, quiet):
-    from prefixbench.harness.units import parse_size
+    from prefixbench.units import parse_size
     from prefixbench.reports.tables import format_table
     from prefixbench.workloads.payload import (
         LAYERWISE,

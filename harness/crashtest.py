@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from prefixbench.harness.errors import ConfigError
+from prefixbench.errors import ConfigError
 
 CRASH_OPTIONS = {"sarp": {"max_retrieval": 0}}
 EXTRA_QUERIES = 4
@@ -75,7 +75,7 @@ def _requests(cfg: dict):
 
 def _open(cfg: dict, create: bool):
     from prefixbench.harness.build import open_engine
-    from prefixbench.plugins.registry import get_registry
+    from prefixbench.registry import get_registry
     cls = get_registry().get("strategy", cfg["strategy"]).factory
     store = None
     if cls.needs_store:
@@ -85,7 +85,7 @@ def _open(cfg: dict, create: bool):
 
 def _child_main() -> None:
     """The replaying child (killed by the parent)."""
-    from prefixbench.harness.metas import make_metas
+    from prefixbench.metas import make_metas
     with open(sys.argv[1]) as f:
         cfg = json.load(f)
     cls, store = _open(cfg, True)
@@ -125,7 +125,7 @@ def _read_acks(path: str) -> int:
 
 def _verify_main() -> None:
     """The recovering, checking process; prints one JSON line."""
-    from prefixbench.harness.metas import make_metas
+    from prefixbench.metas import make_metas
     with open(sys.argv[1]) as f:
         cfg = json.load(f)
     out = {"acked": 0, "lost": 0, "false": 0, "checked_blocks": 0, "error": None,
@@ -229,7 +229,7 @@ def run_iteration(strategy: str, engine: str, seed: int, spec: CrashSpec, root: 
 
 
 def run_crashtest(spec: CrashSpec, quiet: bool = True) -> list[dict]:
-    from prefixbench.plugins.registry import get_registry
+    from prefixbench.registry import get_registry
     reg = get_registry()
     for e in spec.engines:
         info = reg.get("engine", e)

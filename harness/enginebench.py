@@ -18,7 +18,7 @@ import statistics
 import time
 
 from prefixbench.engines.conformance_child import open_store, resolve_engine
-from prefixbench.harness.errors import ConfigError
+from prefixbench.errors import ConfigError
 
 _FILL_BATCH = 256
 

@@ -5,7 +5,7 @@ import csv
 import datetime
 import os
 
-from prefixbench.harness.errors import ConfigError
+from prefixbench.errors import ConfigError
 
 COLUMNS = (
     "date", "commit", "strategy", "engine", "workload", "threads", "requests", "ops_per_s",

@@ -5,7 +5,7 @@ import time
 
 import numpy as np
 
-from prefixbench.harness import blockids
+from prefixbench import blockids
 
 
 def _best_of(fn, repeat: int) -> float:

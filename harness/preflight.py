@@ -35,7 +35,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 
-from prefixbench.harness.errors import ConfigError
+from prefixbench.errors import ConfigError
 
 GIB = 1 << 30
 #: share of the free disk / memory a build may plan to use
@@ -135,7 +135,7 @@ def free_space(disk_dir: str) -> Free:
 
 
 def _needs_store(strategy: str) -> bool:
-    from prefixbench.plugins.registry import get_registry
+    from prefixbench.registry import get_registry
     try:
         return bool(getattr(get_registry().get("strategy", strategy).factory,
                             "needs_store", False))

@@ -99,7 +99,7 @@ def versions() -> dict:
 
 def run_metadata(strategy: str, engine: str | None, workload: str, config: dict) -> dict:
     """Metadata recorded in every benchmark of a run (str/int/float, one line each)."""
-    from prefixbench.harness import accel
+    from prefixbench import twins
     md = {
         "strategy": strategy,
         "engine": engine or "none",
@@ -108,7 +108,7 @@ def run_metadata(strategy: str, engine: str | None, workload: str, config: dict)
         "git_commit": git_commit(),
         "prefixbench_argv": " ".join(sys.argv[1:])[:500] or "(none)",
         # "cython" or "pure-python" (PREFIXBENCH_PURE=1): never compare the two unknowingly
-        "prefixbench_impl": accel.IMPLEMENTATION,
+        "prefixbench_impl": twins.IMPLEMENTATION,
     }
     md.update(versions())
     return md

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from prefixbench.harness.errors import ConfigError, PrefixbenchError
+from prefixbench.errors import ConfigError, PrefixbenchError
 
 N_PROBES = 256
 
@@ -109,7 +109,7 @@ def _digest(h, m) -> None:
 def build_and_snapshot(spec: RecoverSpec, quiet: bool = True) -> dict:
     """Phase 1 (this process): build, probe, snapshot, close.  Returns the reference."""
     from prefixbench.harness.build import build
-    from prefixbench.harness.metas import make_metas
+    from prefixbench.metas import make_metas
     from prefixbench.harness.progress import progress
 
     cum, known = _per_request_unique(spec)
@@ -193,7 +193,7 @@ def _child_main() -> None:
         probes = [z[f"arr_{i}"] for i in range(len(z.files))]
     t_start = time.perf_counter()
     from prefixbench.harness.build import open_engine
-    from prefixbench.plugins.registry import get_registry
+    from prefixbench.registry import get_registry
     cls = get_registry().get("strategy", cfg["strategy"]).factory
     t0 = time.perf_counter()
     t_registry = t0 - t_start

@@ -9,7 +9,7 @@ whose metadata differs from what was inserted.  Only the strategy's own calls
 are timed; the shadow and the checks sit outside the timed regions.
 
 ``breakdown=True`` also splits every timed match and insert into phases
-(:mod:`prefixbench.harness.phases`: storage, routing, hashing, verify, lock,
+(:mod:`prefixbench.phases`: storage, routing, hashing, verify, lock,
 ...; the SARP paper's Fig. 7): the clocks are on for the whole replay, this
 thread's clock is reset before each timed call and read right after it, and
 each phase's nanoseconds land in per-request arrays beside ``match_ns`` and
@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from prefixbench.harness import phases
-from prefixbench.harness.metas import make_metas
+from prefixbench import phases
+from prefixbench.metas import make_metas
 from prefixbench.harness.progress import progress
 from prefixbench.plugins.strategy import IndexStrategy
 from prefixbench.workloads.model import Workload

@@ -16,10 +16,10 @@ import dataclasses
 
 from prefixbench.harness import pyperf_io
 from prefixbench.harness.bench import RunSpec, check_threads, replay_once
-from prefixbench.harness.errors import ConfigError
+from prefixbench.errors import ConfigError
 from prefixbench.harness.progress import progress
 from prefixbench.harness.replay import ReplayResult
-from prefixbench.plugins.registry import get_registry
+from prefixbench.registry import get_registry
 from prefixbench.reports.tables import fmt_seconds, format_table
 
 
@@ -92,11 +92,11 @@ def gil_free_calls(result: ReplayResult, calls: frozenset) -> dict:
 
 def gil_statement(spec: RunSpec, result: ReplayResult) -> str:
     """One line: which parts of this run's requests ran without the GIL."""
-    from prefixbench.harness import accel
+    from prefixbench import twins
 
     reg = get_registry()
     strat = reg.get("strategy", spec.strategy).factory
-    if accel.PURE:
+    if twins.PURE:
         parts = "strategy: nothing (pure-Python mode)"
     elif strat.gil_free_parts:
         parts = "strategy: " + ", ".join(strat.gil_free_parts)

@@ -120,12 +120,12 @@ import numpy as np
 
 from prefixbench.harness import pyperf_io
 from prefixbench.harness.build import build
-from prefixbench.harness.errors import ConfigError
+from prefixbench.errors import ConfigError
 from prefixbench.harness.replay import ReplayResult, replay
-from prefixbench.harness.metas import make_metas
+from prefixbench.metas import make_metas
 from prefixbench.harness.progress import progress
-from prefixbench.harness.units import parse_size
-from prefixbench.plugins.registry import get_registry
+from prefixbench.units import parse_size
+from prefixbench.registry import get_registry
 from prefixbench.plugins.strategy import META_SIZE, parse_options
 from prefixbench.reports.tables import fmt_bytes, fmt_seconds, format_table
 

@@ -20,7 +20,7 @@ exact longest indexed prefix (barring 64-bit collisions), so both are
   hold a Python lock so two threads inserting the same new block cannot both
   write it (first writer wins); matches take no lock.
 
-Where the time goes (:mod:`prefixbench.harness.phases`, one switch per call,
+Where the time goes (:mod:`prefixbench.phases`, one switch per call,
 never per block): ``dram-blockhash`` counts its whole table call as routing
 (the compiled table's readers-writer lock waits inside it, so they show as
 routing too); ``ssd-blockhash`` counts the insert's choice of blocks and the
@@ -37,11 +37,11 @@ import threading
 
 import numpy as np
 
-from prefixbench.harness import accel
-from prefixbench.harness import phases as _phases
-from prefixbench.harness.phases import ENCODE, ROUTING, STORAGE, VERIFY
-from prefixbench.harness.errors import ConfigError, StoreError
-from prefixbench.plugins.hookspecs import hookimpl
+from prefixbench import twins
+from prefixbench import phases as _phases
+from prefixbench.phases import ENCODE, ROUTING, STORAGE, VERIFY
+from prefixbench.errors import ConfigError, StoreError
+from prefixbench.hookspecs import hookimpl
 from prefixbench.plugins.strategy import (
     IndexStrategy,
     META_SIZE,
@@ -51,7 +51,7 @@ from prefixbench.plugins.strategy import (
     as_metas,
 )
 
-_blockhash = accel.compiled("prefixbench.plugins._blockhash")
+_blockhash = twins.compiled("prefixbench.plugins._blockhash")
 
 __all__ = ["BlockHashTable", "BlockHashTablePy", "DramBlockHashStrategy", "SsdBlockHashStrategy"]
 

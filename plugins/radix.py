@@ -10,7 +10,7 @@ Thread safety: the compiled tree carries its own readers-writer lock, so one
 :class:`RadixStrategy` may be shared by any number of request threads without
 a Python-level lock; matches proceed in parallel, inserts one at a time.
 
-Where the time goes (:mod:`prefixbench.harness.phases`): the whole tree call,
+Where the time goes (:mod:`prefixbench.phases`): the whole tree call,
 match or insert, is routing (one switch per call; the tree's own lock waits
 happen inside it and count as routing too).
 """
@@ -21,11 +21,11 @@ from array import array
 
 import numpy as np
 
-from prefixbench.harness import accel
-from prefixbench.harness import phases as _phases
-from prefixbench.harness.phases import ROUTING
-from prefixbench.harness.errors import ConfigError
-from prefixbench.plugins.hookspecs import hookimpl
+from prefixbench import twins
+from prefixbench import phases as _phases
+from prefixbench.phases import ROUTING
+from prefixbench.errors import ConfigError
+from prefixbench.hookspecs import hookimpl
 from prefixbench.plugins.strategy import (
     META_SIZE,
     IndexStrategy,
@@ -35,7 +35,7 @@ from prefixbench.plugins.strategy import (
     as_metas,
 )
 
-_radix = accel.compiled("prefixbench.plugins._radix")
+_radix = twins.compiled("prefixbench.plugins._radix")
 
 __all__ = ["RadixStrategy", "RadixTree", "RadixTreePy"]
 

@@ -132,9 +132,9 @@ import queue
 import threading
 
 import numpy as np
-from prefixbench.harness import accel, phases
-from prefixbench.harness.errors import ConfigError
-from prefixbench.plugins.hookspecs import hookimpl
+from prefixbench import phases, twins
+from prefixbench.errors import ConfigError
+from prefixbench.hookspecs import hookimpl
 from prefixbench.plugins.segments import (SEGMENT_KEY_LIMIT, Segment, SegmentLayer, max_key,
                                           verify_raws, verify_raws_py)
 from prefixbench.plugins.strategy import (
@@ -148,7 +148,7 @@ from prefixbench.plugins.strategy import (
 
 #: the compiled hot paths, or (pure-Python mode, ``PREFIXBENCH_PURE=1``) the namespace
 #: of references defined below under the same names
-_sarp = accel.compiled("prefixbench.plugins._sarp")
+_sarp = twins.compiled("prefixbench.plugins._sarp")
 
 __all__ = ["SarpStrategy", "RoutingDirectory", "RoutingDirectoryPy", "filters_py",
            "max_potential_py", "NONE", "PENDING", "LIVE"]

@@ -37,7 +37,7 @@ written over new blocks - is ``1 + log2(S)/2`` for long sequences (4 at
 memory (``memory_bytes`` 0).  Matches take no lock; inserts are serialised by
 one lock so two threads cannot both write a prefix's records.
 
-Where the time goes (:mod:`prefixbench.harness.phases`): computing the record
+Where the time goes (:mod:`prefixbench.phases`): computing the record
 keys is hashing; a window's first read is storage and every later read of the
 same window (the halved sizes) is fallback, timed by the engine; decoding and
 verifying records, and the probe loop that chooses the next size, are verify;
@@ -50,11 +50,11 @@ import threading
 
 import numpy as np
 
-from prefixbench.harness import accel
-from prefixbench.harness import phases as _phases
-from prefixbench.harness.phases import ENCODE, FALLBACK, HASHING, VERIFY
-from prefixbench.harness.errors import ConfigError
-from prefixbench.plugins.hookspecs import hookimpl
+from prefixbench import twins
+from prefixbench import phases as _phases
+from prefixbench.phases import ENCODE, FALLBACK, HASHING, VERIFY
+from prefixbench.errors import ConfigError
+from prefixbench.hookspecs import hookimpl
 from prefixbench.plugins.segments import (CorruptSegmentError, Segment, common_prefix,
                                           decode_segment, encode_segment)
 from prefixbench.plugins.strategy import (
@@ -117,7 +117,7 @@ def encode_records_py(keys, starts, lens, ids, metas, meta_size: int) -> list:
                                np.asarray(starts).tolist(), np.asarray(lens).tolist())]
 
 
-_segment_hash = accel.compiled("prefixbench.plugins._segment_hash")
+_segment_hash = twins.compiled("prefixbench.plugins._segment_hash")
 #: the compiled batch encoder, or its reference in pure-Python mode (``PREFIXBENCH_PURE=1``)
 encode_records = _segment_hash.encode_records if _segment_hash is not None else encode_records_py
 

@@ -69,9 +69,9 @@ from collections import OrderedDict
 
 import numpy as np
 
-from prefixbench.harness import phases
-from prefixbench.harness.errors import ConfigError
-from prefixbench.plugins.hookspecs import hookimpl
+from prefixbench import phases
+from prefixbench.errors import ConfigError
+from prefixbench.hookspecs import hookimpl
 from prefixbench.plugins.segments import SegmentLayer, common_prefix
 from prefixbench.plugins.strategy import (
     IndexStrategy,

@@ -39,12 +39,12 @@ import threading
 from dataclasses import dataclass
 
 import numpy as np
-from prefixbench.harness import accel
-from prefixbench.harness.errors import ConfigError, PrefixbenchError
+from prefixbench import twins
+from prefixbench.errors import ConfigError, PrefixbenchError
 
 #: the compiled codec, or (pure-Python mode, ``PREFIXBENCH_PURE=1``) the namespace of
 #: references defined below under the same names
-_segments = accel.compiled("prefixbench.plugins._segments")
+_segments = twins.compiled("prefixbench.plugins._segments")
 
 __all__ = ["SEGMENT_KEY_SPACE", "KEY_SPACE_BITS", "CorruptSegmentError", "Segment", "SegmentLayer",
            "encode_segment", "decode_segment", "common_prefix", "space_key", "max_key",

@@ -15,7 +15,7 @@ Semantics every strategy keeps (the property tests check them against the
   KVCache block already exists; re-processing it creates no new copy).
 
 Durability (issue 4).  ``snapshot(dir)`` publishes the strategy's in-memory
-state through the one protocol of :mod:`prefixbench.harness.snapshot`
+state through the one protocol of :mod:`prefixbench.snapshot`
 (versioned, checksummed, write-temp/fsync/rename/fsync-dir); call it while no
 insert is in flight.  ``Strategy.recover(store, dir, options)`` builds a
 serving instance in three timed phases, recorded in ``instance.recovery``:
@@ -37,7 +37,7 @@ finding its next segment id in the store).  "Nothing acknowledged is lost" is ea
   inserts after the snapshot's log position.
 
 An unusable snapshot (missing, cut, corrupt, other version) raises
-:class:`~prefixbench.harness.snapshot.SnapshotError` and is never served:
+:class:`~prefixbench.snapshot.SnapshotError` and is never served:
 ``rebuild_from_store`` strategies then rebuild from the engine, log keepers
 replay a log that holds every insert since the start, the others fail with
 that one line.
@@ -54,7 +54,7 @@ from typing import ClassVar
 import numpy as np
 
 from prefixbench.engines.base import SegmentStore
-from prefixbench.harness.errors import ConfigError
+from prefixbench.errors import ConfigError
 
 META_SIZE = 16
 EMPTY_IDS = np.empty(0, dtype=np.uint64)
@@ -209,7 +209,7 @@ class IndexStrategy(abc.ABC):
         False (nothing to do) for strategies whose store is their durability."""
         if not self.uses_insert_log:
             return False
-        from prefixbench.harness.snapshot import InsertLog
+        from prefixbench.snapshot import InsertLog
         self._log = InsertLog(directory, self.meta_size, sync)
         inner = type(self).insert.__get__(self)
         log = self._log
@@ -224,7 +224,7 @@ class IndexStrategy(abc.ABC):
         """Publish this index's state under ``directory``; returns ``{"bytes", "seconds",
         "log_bytes_dropped"}``.  The insert log then keeps only what the previous
         snapshot (the fallback generation) does not cover."""
-        from prefixbench.harness.snapshot import snapshot_log_seq, write_snapshot
+        from prefixbench.snapshot import snapshot_log_seq, write_snapshot
         t0 = time.perf_counter()
         self._quiesce()
         # The log position is read BEFORE the state is captured: every insert logged
@@ -252,7 +252,7 @@ class IndexStrategy(abc.ABC):
         ``durable_log``: keep logging inserts afterwards (default: if a log exists).
         Timing and provenance are in the returned instance's ``recovery`` dict.
         """
-        from prefixbench.harness.snapshot import (LOG_FILE, SnapshotError, log_first_seq,
+        from prefixbench.snapshot import (LOG_FILE, SnapshotError, log_first_seq,
                                                   read_log, read_snapshot, snapshot_path)
         directory = os.fspath(directory)
         has_log = cls.uses_insert_log and os.path.exists(os.path.join(directory, LOG_FILE))

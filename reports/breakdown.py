@@ -14,7 +14,7 @@ dropped silently.
 """
 from __future__ import annotations
 
-from prefixbench.harness import phases
+from prefixbench import phases
 from prefixbench.reports.tables import format_table
 
 #: match overhead (share of mean match latency) past which the table warns

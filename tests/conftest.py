@@ -3,7 +3,7 @@ import os
 import sys
 
 import pytest
-from prefixbench.harness import accel
+from prefixbench import twins
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED_DATA = os.path.join(os.path.dirname(REPO), "shared", "data")
@@ -13,7 +13,7 @@ MOONCAKE_CONVERSATION = os.path.join(SHARED_DATA, "mooncake-fast25", "conversati
 @pytest.fixture
 def registry_with(monkeypatch):
     """``registry_with(plugin, ...)``: a fresh process registry with extra plugins."""
-    from prefixbench.plugins import registry as reg
+    from prefixbench import registry as reg
 
     def make(*plugins):
         r = reg.Registry(extra_plugins=plugins)
@@ -54,7 +54,7 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    if not accel.PURE:
+    if not twins.PURE:
         return
     skip = pytest.mark.skip(reason=PURE_SKIP)
     for item in items:
@@ -63,5 +63,5 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_report_header(config):
-    return f"prefixbench implementation: {accel.IMPLEMENTATION}"
+    return f"prefixbench implementation: {twins.IMPLEMENTATION}"
 

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prefixbench.harness import blockids as b
+from prefixbench import blockids as b
 
 # Golden vectors: written down once from the reference implementation; any
 # change to pbh64 (constants, word packing, finaliser) breaks them on purpose.
@@ -19,7 +19,7 @@ GOLDEN_IDS = [0xE6DC5F408FFF8389, 0x9CB0EE3B2BD22F27, 0xB3EC73D083027B11]
 
 @pytest.mark.compiled
 def test_compiled_module_is_built():
-    assert b.COMPILED, "prefixbench.harness._blockids did not import: the build is broken"
+    assert b.COMPILED, "prefixbench._blockids did not import: the build is broken"
 
 
 def test_golden_vectors_reference_and_compiled():
@@ -78,7 +78,7 @@ def test_namespaces_separate_id_spaces():
 
 
 def test_ids_identical_in_a_fresh_process():
-    code = ("import numpy as np; from prefixbench.harness import blockids as b;"
+    code = ("import numpy as np; from prefixbench import blockids as b;"
             "print(b.chain_tokens(np.arange(64, dtype=np.uint32), 16,"
             " b.namespace_seed('x')).tolist())")
     env_hashseed = {"PYTHONHASHSEED": "12345"}

@@ -10,7 +10,7 @@ import pytest
 from prefixbench.harness import caprule
 from prefixbench.harness.caprule import (BAND, CapChoice, choose_cap, load_choice,
                                          save_choice)
-from prefixbench.harness.errors import ConfigError
+from prefixbench.errors import ConfigError
 
 TINY = dict(workload="codeact", workload_options={}, engine="lmdb", entries=20_000,
             recoveries=2, allow_small=True)

@@ -13,7 +13,7 @@ from prefixbench.engines.lmdb import LmdbStore
 from prefixbench.engines.memory import MemoryStore
 from prefixbench.engines.rocksdb import RocksDBStore
 from prefixbench.engines.wiredtiger import WiredTigerStore
-from prefixbench.harness.errors import ConfigError, MissingDependencyError, StoreError
+from prefixbench.errors import ConfigError, MissingDependencyError, StoreError
 
 
 class TestMemory(EngineConformance):

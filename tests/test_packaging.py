@@ -26,11 +26,11 @@ def test_wheel_has_only_the_prefixbench_namespace(wheel):
     for generic in ("harness", "plugins", "engines", "workloads", "reports", "tests"):
         assert generic not in tops
     for mod in ("prefixbench/engines/lmdb.py", "prefixbench/harness/cli.py",
-                "prefixbench/plugins/registry.py", "prefixbench/workloads/model.py",
+                "prefixbench/registry.py", "prefixbench/workloads/model.py",
                 "prefixbench/reports/tables.py"):
         assert mod in names, mod
     compiled = [n for n in names if n.endswith(".so")]
-    assert any(n.startswith("prefixbench/harness/_blockids") for n in compiled), compiled
+    assert any(n.startswith("prefixbench/_blockids") for n in compiled), compiled
 
 
 @pytest.mark.compiled
@@ -38,7 +38,7 @@ def test_wheel_imports_outside_the_checkout(wheel, tmp_path):
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target",
                     str(target), str(wheel)], check=True, capture_output=True)
-    code = ("import prefixbench, prefixbench.engines.lmdb, prefixbench.harness.blockids as b;"
+    code = ("import prefixbench, prefixbench.engines.lmdb, prefixbench.blockids as b;"
             "assert b.COMPILED; print(prefixbench.__file__)")
     env = {**os.environ, "PYTHONPATH": str(target)}
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,

@@ -8,7 +8,7 @@ import pytest
 from prefixbench.engines.base import StoreConfig
 from prefixbench.engines.conformance import EngineConformance
 from prefixbench.engines.packfile import LOG, PackfileStore
-from prefixbench.harness.errors import ConfigError, StoreError
+from prefixbench.errors import ConfigError, StoreError
 
 MiB = 1 << 20
 
@@ -308,7 +308,7 @@ def test_tmpfs_with_allow_buffered_warns_once_and_works(tmp_path):
 
 
 def test_registered_under_its_name():
-    from prefixbench.plugins.registry import get_registry
+    from prefixbench.registry import get_registry
     assert get_registry().get("engine", "packfile").factory is PackfileStore
 
 

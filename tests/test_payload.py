@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from prefixbench.harness.errors import ConfigError
+from prefixbench.errors import ConfigError
 from prefixbench.workloads import payload as pl
 
 MiB = 1 << 20
@@ -114,7 +114,7 @@ def test_object_counts_that_do_not_divide_each_other(tmp_path):
 
 
 def test_unknown_path_is_named_before_any_work(tmp_path):
-    from prefixbench.harness.errors import UnknownPluginError
+    from prefixbench.errors import UnknownPluginError
     with pytest.raises(UnknownPluginError, match="nosuchengine"):
         _run(tmp_path, paths=("files", "nosuchengine"))
     assert not (tmp_path / "w").exists()
@@ -122,7 +122,7 @@ def test_unknown_path_is_named_before_any_work(tmp_path):
 
 def test_a_failing_path_leaves_no_files(tmp_path, monkeypatch):
     """A path that fails while writing: the error reaches the caller, its files do not stay."""
-    from prefixbench.harness.errors import StoreError
+    from prefixbench.errors import StoreError
 
     def broken_write(self, payload, n):
         open(os.path.join(self.root, "partial"), "wb").close()

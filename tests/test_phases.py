@@ -8,7 +8,8 @@ import pytest
 
 from prefixbench.engines.base import StoreConfig
 from prefixbench.engines.memory import MemoryStore
-from prefixbench.harness import phases, pyperf_io
+from prefixbench import phases
+from prefixbench.harness import pyperf_io
 from prefixbench.harness.build import build
 from prefixbench.harness.replay import ReplayResult, replay
 from prefixbench.plugins.radix import RadixStrategy

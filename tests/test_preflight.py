@@ -8,7 +8,7 @@ import os
 import pytest
 
 from prefixbench.harness import preflight, recovery, sweeps
-from prefixbench.harness.errors import ConfigError, PrefixbenchError
+from prefixbench.errors import ConfigError, PrefixbenchError
 
 from cli_support import one_line_error as _one_line_error
 

@@ -11,12 +11,10 @@ import sys
 
 import pyperf
 import pytest
-from prefixbench.harness import accel
+from prefixbench import twins
 from prefixbench.harness.pyperf_io import run_metadata
 
-COMPILED_MODULES = ("prefixbench.harness._blockids", "prefixbench.plugins._radix",
-                    "prefixbench.plugins._blockhash", "prefixbench.plugins._sarp",
-                    "prefixbench.plugins._segments", "prefixbench.plugins._segment_hash")
+COMPILED_MODULES = tuple(c for c, _ in twins.TWINS)
 #: the .so files are installed (absent in `tox -e test-pure`, which builds none)
 BUILT = all(importlib.util.find_spec(m) is not None for m in COMPILED_MODULES)
 
@@ -29,9 +27,9 @@ RUNS = {   # small, deterministic runs (sarp back-fills synchronously)
 
 
 def _env(pure: bool) -> dict:
-    env = {k: v for k, v in os.environ.items() if k != accel.ENV_VAR}
+    env = {k: v for k, v in os.environ.items() if k != twins.ENV_VAR}
     if pure:
-        env[accel.ENV_VAR] = "1"
+        env[twins.ENV_VAR] = "1"
     return env
 
 
@@ -48,22 +46,22 @@ def _run(tmp_path, name: str, pure: bool) -> tuple[dict, dict]:
 
 
 def test_pure_flag_values():
-    assert accel.pure_requested({"PREFIXBENCH_PURE": "1"})
-    assert accel.pure_requested({"PREFIXBENCH_PURE": "true"})
+    assert twins.pure_requested({"PREFIXBENCH_PURE": "1"})
+    assert twins.pure_requested({"PREFIXBENCH_PURE": "true"})
     for off in ("", "0", "no"):
-        assert not accel.pure_requested({"PREFIXBENCH_PURE": off})
-    assert not accel.pure_requested({})
-    assert accel.IMPLEMENTATION == ("pure-python" if accel.PURE else "cython")
-    assert run_metadata("radix", None, "w", {})["prefixbench_impl"] == accel.IMPLEMENTATION
+        assert not twins.pure_requested({"PREFIXBENCH_PURE": off})
+    assert not twins.pure_requested({})
+    assert twins.IMPLEMENTATION == ("pure-python" if twins.PURE else "cython")
+    assert run_metadata("radix", None, "w", {})["prefixbench_impl"] == twins.IMPLEMENTATION
 
 
 @pytest.mark.compiled
 def test_default_mode_runs_every_compiled_module():
     """Without PREFIXBENCH_PURE every hot path is the compiled twin (a broken build
     must fail here, not run slowly)."""
-    from prefixbench.harness import blockids
+    from prefixbench import blockids
     from prefixbench.plugins import blockhash, radix, sarp, segment_hash, segments
-    assert accel.IMPLEMENTATION == "cython" and blockids.COMPILED
+    assert twins.IMPLEMENTATION == "cython" and blockids.COMPILED
     for mod, handle in ((radix, radix._radix), (blockhash, blockhash._blockhash),
                         (sarp, sarp._sarp), (segments, segments._segments),
                         (segment_hash, segment_hash._segment_hash)):
@@ -106,7 +104,7 @@ sys.exit(main())
 """
 
 
-@pytest.mark.parametrize("blocked", ["prefixbench.plugins._radix", "prefixbench.harness._blockids"])
+@pytest.mark.parametrize("blocked", ["prefixbench.plugins._radix", "prefixbench._blockids"])
 def test_a_missing_compiled_module_is_one_clear_line(tmp_path, blocked):
     p = subprocess.run([sys.executable, "-c", _BLOCKER.format(blocked=blocked)], cwd=tmp_path,
                        env=_env(pure=False), capture_output=True, text=True, check=False, timeout=120)

@@ -5,7 +5,7 @@ import pyperf
 import pytest
 
 from prefixbench.harness.crashtest import CrashSpec, run_crashtest
-from prefixbench.harness.errors import ConfigError
+from prefixbench.errors import ConfigError
 from prefixbench.harness.recovery import parse_count
 
 
@@ -95,7 +95,7 @@ def test_sarp_python_directory_round_trip(tmp_path):
     import numpy as np
     from prefixbench.engines.base import StoreConfig
     from prefixbench.engines.memory import MemoryStore
-    from prefixbench.harness.metas import make_metas
+    from prefixbench.metas import make_metas
     from prefixbench.plugins.sarp import SarpStrategy
     store = MemoryStore(StoreConfig())
     opts = {"S": 16, "directory": "python", "backfill": "sync", "tau": 3}

@@ -6,8 +6,8 @@ import sys
 import pytest
 
 import prefixbench
-from prefixbench.harness.errors import DuplicatePluginError, UnknownPluginError
-from prefixbench.plugins.registry import get_registry
+from prefixbench.errors import DuplicatePluginError, UnknownPluginError
+from prefixbench.registry import get_registry
 
 BUILTIN = {
     "strategy": {"radix", "dram-blockhash", "ssd-blockhash"},

@@ -23,8 +23,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prefixbench.engines.memory import MemoryStore
-from prefixbench.harness.blockids import chain_ids
-from prefixbench.harness.errors import ConfigError
+from prefixbench.blockids import chain_ids
+from prefixbench.errors import ConfigError
 from prefixbench.harness.replay import replay
 from prefixbench.plugins import sarp
 from prefixbench.plugins.radix import RadixStrategy
@@ -470,7 +470,7 @@ def test_geometry_is_reported_and_the_harness_passes_the_block_size():
 
 
 def test_phase_clocks_see_routing_verification_and_the_insert_lock():
-    from prefixbench.harness import phases
+    from prefixbench import phases
     s = SarpStrategy(MemoryStore(), dict(SMALL), meta_size=MS)
     ids = ids_of(list(range(30)))
     s.insert(ids, metas_of(ids, 1))

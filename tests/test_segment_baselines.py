@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from prefixbench.engines.memory import MemoryStore
-from prefixbench.harness.blockids import chain_ids
-from prefixbench.harness.errors import ConfigError
+from prefixbench.blockids import chain_ids
+from prefixbench.errors import ConfigError
 from prefixbench.harness.replay import replay
 from prefixbench.plugins import segment_hash, segment_radix
 from prefixbench.plugins.radix import RadixStrategy
@@ -465,7 +465,7 @@ def test_defaults_and_registration():
     assert SegmentHashStrategy(MemoryStore()).opts == {"S": 64}
     assert SegmentRadixStrategy(MemoryStore()).opts == {"S": 64, "cap_nodes": 0}
     assert CappedSegmentRadixStrategy(MemoryStore()).opts["cap_nodes"] >= 1
-    from prefixbench.plugins.registry import get_registry
+    from prefixbench.registry import get_registry
     names = set(get_registry().names("strategy"))
     assert {"segment-hash", "segment-radix", "segment-radix-capped"} <= names
 
@@ -574,7 +574,7 @@ def test_capped_recover_after_inserts_beyond_the_snapshot(tmp_path):
 
 @pytest.mark.parametrize("case", ["flip", "cut", "missing"])
 def test_capped_corrupt_newest_snapshot_falls_back_to_the_previous(tmp_path, capsys, case):
-    from prefixbench.harness import snapshot as snap
+    from prefixbench import snapshot as snap
     store = MemoryStore()
     opts = {"S": 4, "cap_nodes": 4}
     s = CappedSegmentRadixStrategy(store, opts)
@@ -742,7 +742,7 @@ def test_capped_two_lifetimes_with_power_losses_and_a_corrupt_snapshot(
     import os
     import shutil
     import tempfile
-    from prefixbench.harness import snapshot as snap
+    from prefixbench import snapshot as snap
     d = tempfile.mkdtemp(prefix="pb-capped-")
     try:
         store = _CrashingStore()

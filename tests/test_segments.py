@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prefixbench.engines.memory import MemoryStore
-from prefixbench.harness.errors import ConfigError
+from prefixbench.errors import ConfigError
 from prefixbench.plugins.segments import (  # _segments: compiled, or the references (pure mode)
     HEADER_SIZE,
     CorruptSegmentError,

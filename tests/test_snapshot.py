@@ -7,10 +7,10 @@ import pytest
 
 from prefixbench.engines.base import StoreConfig
 from prefixbench.engines.memory import MemoryStore
-from prefixbench.harness import snapshot as snap
-from prefixbench.harness.metas import make_metas
-from prefixbench.harness.snapshot import SnapshotError, read_snapshot, write_snapshot
-from prefixbench.plugins.registry import get_registry
+from prefixbench import snapshot as snap
+from prefixbench.metas import make_metas
+from prefixbench.snapshot import SnapshotError, read_snapshot, write_snapshot
+from prefixbench.registry import get_registry
 
 ALL = ["radix", "dram-blockhash", "ssd-blockhash", "sarp", "segment-hash", "segment-radix",
        "segment-radix-capped"]

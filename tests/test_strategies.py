@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from prefixbench.engines.memory import MemoryStore
-from prefixbench.harness.blockids import chain_ids
-from prefixbench.harness.errors import ConfigError
+from prefixbench.blockids import chain_ids
+from prefixbench.errors import ConfigError
 from prefixbench.plugins import blockhash, radix
 # BlockHashTable / RadixTree: the compiled twins, or the references with PREFIXBENCH_PURE=1
 from prefixbench.plugins.blockhash import (BlockHashTable, BlockHashTablePy, DramBlockHashStrategy,
@@ -389,7 +389,7 @@ def test_ssd_blockhash_batch_probe_uses_growing_chunks():
 
 
 def test_ssd_blockhash_rejects_a_value_of_the_wrong_size():
-    from prefixbench.harness.errors import StoreError
+    from prefixbench.errors import StoreError
     store = MemoryStore()
     s = SsdBlockHashStrategy(store)
     ids = ids_of([1, 2])

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from prefixbench.harness import sweeps
-from prefixbench.harness.errors import ConfigError
+from prefixbench.errors import ConfigError
 
 from cli_support import one_line_error as _one_line_error
 
@@ -260,7 +260,7 @@ def small_paper(monkeypatch):
 def test_paper_scale_loads_then_times_the_last_requests(small_paper, monkeypatch):
     """The load phase goes through insert_known_prefix with the counting pass's
     prefix counts; the run phase times exactly --run-requests; the oracle saw both."""
-    from prefixbench.plugins.registry import get_registry
+    from prefixbench.registry import get_registry
 
     cls = get_registry().get("strategy", "ssd-blockhash").factory
     calls = []
@@ -318,7 +318,7 @@ def test_threaded_replay_checks_against_a_loaded_oracle():
     a strategy loaded the same way - a fresh oracle would - and still catches a lie."""
     import numpy as np
 
-    from prefixbench.harness.metas import make_metas
+    from prefixbench.metas import make_metas
     from prefixbench.harness.replay import replay
     from prefixbench.plugins.radix import RadixStrategy
     from prefixbench.plugins.strategy import Match

@@ -9,13 +9,13 @@ from collections import defaultdict
 import numpy as np
 import pytest
 
-from prefixbench.harness.errors import (
+from prefixbench.errors import (
     ConfigError,
     MissingDependencyError,
     TraceFormatError,
     UnknownPluginError,
 )
-from prefixbench.plugins.registry import get_registry
+from prefixbench.registry import get_registry
 from prefixbench.workloads import text as tx
 from prefixbench.workloads import tokenizers as tk
 

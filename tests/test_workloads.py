@@ -8,8 +8,8 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from prefixbench.harness.blockids import chain_ids, chain_tokens, namespace_seed
-from prefixbench.harness.errors import ConfigError, TraceFormatError
+from prefixbench.blockids import chain_ids, chain_tokens, namespace_seed
+from prefixbench.errors import ConfigError, TraceFormatError
 from prefixbench.workloads import mooncake as mc
 from prefixbench.workloads import synthetic as syn
 from prefixbench.workloads.describe import describe, format_table

@@ -20,7 +20,7 @@ from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
-from prefixbench.harness.blockids import DEFAULT_BLOCK_SIZE, chain_tokens, namespace_seed
+from prefixbench.blockids import DEFAULT_BLOCK_SIZE, chain_tokens, namespace_seed
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 One JSON object per line, ``hash_ids`` = one id per 512-token block of the
 prompt (already prefix-chained by the trace's producer; we chain them again
-with :func:`~prefixbench.harness.blockids.chain_ids` so that ids live in
+with :func:`~prefixbench.blockids.chain_ids` so that ids live in
 prefixbench's namespace and id space).  There are no output blocks, so a
 request matches and inserts the same ids; ``prompt_tokens`` is
 ``len(hash_ids) * block_size``.
@@ -26,9 +26,9 @@ from typing import Iterator
 
 import numpy as np
 
-from prefixbench.harness.blockids import chain_ids, namespace_seed
-from prefixbench.harness.errors import ConfigError, TraceFormatError
-from prefixbench.plugins.hookspecs import hookimpl
+from prefixbench.blockids import chain_ids, namespace_seed
+from prefixbench.errors import ConfigError, TraceFormatError
+from prefixbench.hookspecs import hookimpl
 from prefixbench.workloads.model import Request, Workload
 
 #: tokens per hash id in Mooncake's FAST'25 traces

@@ -72,8 +72,8 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 
-from prefixbench.harness.durable import write_file
-from prefixbench.harness.errors import ConfigError, StoreError
+from prefixbench.durable import write_file
+from prefixbench.errors import ConfigError, StoreError
 
 DEFAULT_OBJECTS = (32, 128, 512, 1024, "layerwise")
 LAYERWISE = "layerwise"

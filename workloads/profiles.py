@@ -101,7 +101,7 @@ import math
 import numbers
 from dataclasses import dataclass, fields, replace
 
-from prefixbench.harness.errors import ConfigError
+from prefixbench.errors import ConfigError
 
 Range = tuple[int, int]
 

@@ -28,9 +28,9 @@ from typing import Iterator
 
 import numpy as np
 
-from prefixbench.harness.blockids import DEFAULT_BLOCK_SIZE, chain_tokens, namespace_seed
-from prefixbench.harness.errors import ConfigError
-from prefixbench.plugins.hookspecs import hookimpl
+from prefixbench.blockids import DEFAULT_BLOCK_SIZE, chain_tokens, namespace_seed
+from prefixbench.errors import ConfigError
+from prefixbench.hookspecs import hookimpl
 from prefixbench.workloads.model import Request, Session, Turn, Workload
 from prefixbench.workloads.profiles import (PRESETS, PROFILES, Profile, make_profile, paper_knobs,
                                             paper_sessions)

@@ -77,9 +77,9 @@ from pathlib import Path
 
 import numpy as np
 
-from prefixbench.harness.blockids import DEFAULT_BLOCK_SIZE
-from prefixbench.harness.errors import ConfigError, TraceFormatError
-from prefixbench.plugins.hookspecs import hookimpl
+from prefixbench.blockids import DEFAULT_BLOCK_SIZE
+from prefixbench.errors import ConfigError, TraceFormatError
+from prefixbench.hookspecs import hookimpl
 from prefixbench.workloads.model import Session, SessionWorkload, Turn
 from prefixbench.workloads.tokenizers import Tokenizer, make_tokenizer
 

@@ -13,7 +13,7 @@ letters (the first with the space) until the rest fits in 6; an optional
 space plus up to three digits; symbol runs by the same rule as words; runs
 of up to 16 whitespace characters.  Common short words are whole tokens and
 long rare ones a few characters each, as in BPE vocabularies.  A piece's id
-is pbh64 (:mod:`prefixbench.harness.blockids`) of its UTF-8 bytes from a
+is pbh64 (:mod:`prefixbench.blockids`) of its UTF-8 bytes from a
 fixed seed, modulo ``vocab_size`` (default 32,000) - the same in every
 process and on every machine.  Measured on the 1,167 OASST messages in
 ``../shared/data/oasst1-en100-trees`` (634,360 characters of message text):
@@ -39,9 +39,9 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from prefixbench.harness.blockids import SEED_PREFIX, pbh64
-from prefixbench.harness.errors import ConfigError, MissingDependencyError
-from prefixbench.plugins.hookspecs import hookimpl
+from prefixbench.blockids import SEED_PREFIX, pbh64
+from prefixbench.errors import ConfigError, MissingDependencyError
+from prefixbench.hookspecs import hookimpl
 
 DEFAULT_VOCAB_SIZE = 32000
 
@@ -178,7 +178,7 @@ def hf(**options) -> HFTokenizer:
 
 def make_tokenizer(name: str = "simple", **options) -> Tokenizer:
     """A registered tokenizer by name (unknown names list the available ones)."""
-    from prefixbench.plugins.registry import get_registry
+    from prefixbench.registry import get_registry
     return get_registry().get("tokenizer", name).factory(**options)
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 
-from prefixbench.harness.errors import ConfigError
+from prefixbench.errors import ConfigError
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.I)
 _MULT = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1 << 10, "ki": 1 << 10,

@@ -1,7 +1,8 @@
 """The one place that decides between the compiled hot paths and their pure-Python references.
 
-Every module with a Cython twin (``_radix``, ``_blockhash``, ``_sarp``,
-``_segments``, ``_segment_hash``, ``_blockids``) asks :func:`compiled` for it:
+Every module with a Cython twin asks :func:`compiled` for it; :data:`TWINS`
+lists each compiled module beside its pure-Python reference, and is the one
+list the loader, ``tox -e test-pure`` and the twin tests read:
 
 * ``PREFIXBENCH_PURE=1`` in the environment: always ``None`` - the caller
   uses its pure-Python reference, even where the ``.so`` files exist (slow,
@@ -19,9 +20,19 @@ from __future__ import annotations
 import importlib
 import os
 
-from prefixbench.harness.errors import ConfigError
+from prefixbench.errors import ConfigError
 
-__all__ = ["ENV_VAR", "IMPLEMENTATION", "PURE", "compiled", "pure_requested"]
+__all__ = ["ENV_VAR", "IMPLEMENTATION", "PURE", "TWINS", "compiled", "pure_requested"]
+
+#: (compiled module, pure-Python reference module) for every Cython hot path
+TWINS = (
+    ("prefixbench._blockids", "prefixbench.blockids"),
+    ("prefixbench.plugins._radix", "prefixbench.plugins.radix"),
+    ("prefixbench.plugins._blockhash", "prefixbench.plugins.blockhash"),
+    ("prefixbench.plugins._sarp", "prefixbench.plugins.sarp"),
+    ("prefixbench.plugins._segments", "prefixbench.plugins.segments"),
+    ("prefixbench.plugins._segment_hash", "prefixbench.plugins.segment_hash"),
+)
 
 ENV_VAR = "PREFIXBENCH_PURE"
 

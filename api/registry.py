@@ -13,8 +13,8 @@ from typing import Callable, Generic, TypeVar
 
 import pluggy
 
-from prefixbench.harness.errors import DuplicatePluginError, UnknownPluginError
-from prefixbench.plugins import hookspecs
+from prefixbench.errors import DuplicatePluginError, UnknownPluginError
+from prefixbench import hookspecs
 
 ENTRY_POINT_GROUP = "prefixbench"
 KINDS = ("strategy", "engine", "workload", "tokenizer")

@@ -54,8 +54,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from prefixbench.harness.durable import fsync_dir
-from prefixbench.harness.errors import PrefixbenchError
+from prefixbench.durable import fsync_dir
+from prefixbench.errors import PrefixbenchError
 
 __all__ = ["SnapshotError", "Snapshot", "write_snapshot", "read_snapshot", "snapshot_path",
            "snapshot_bytes", "InsertLog", "FORMAT_VERSION", "SNAPSHOT_FILE", "LOG_FILE",

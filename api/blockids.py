@@ -22,13 +22,13 @@ pbh64(prev, words, n)::
 All arithmetic is modulo 2**64.  The per-word step keeps one multiply on the
 dependency chain, so the Cython path runs at several hundred million tokens per
 second per core.  The functions in this module are the pure-Python reference;
-:mod:`prefixbench.harness._blockids` is the compiled twin the tests hold equal.
+:mod:`prefixbench._blockids` is the compiled twin the tests hold equal.
 """
 from __future__ import annotations
 
 import numpy as np
-from prefixbench.harness import accel
-from prefixbench.harness.errors import ConfigError
+from prefixbench import twins
+from prefixbench.errors import ConfigError
 
 MASK = (1 << 64) - 1
 K0 = 0x46DF2EF7ACB7317F
@@ -105,10 +105,10 @@ def chain_ids_py(ids, h0: int) -> np.ndarray:
     return out
 
 
-# the compiled twin, or the references above in pure-Python mode (harness/accel.py
+# the compiled twin, or the references above in pure-Python mode (api/twins.py
 # decides; a missing build is one clear error, never a silent fallback)
 try:
-    _compiled, _missing = accel.compiled("prefixbench.harness._blockids"), None
+    _compiled, _missing = twins.compiled("prefixbench._blockids"), None
 except ConfigError as e:
     # `import prefixbench` must not die with a traceback: the error is raised on
     # first use instead (inside the CLI, which prints it as one line)

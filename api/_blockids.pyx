@@ -1,5 +1,5 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
-"""Compiled pbh64 chaining; see prefixbench.harness.blockids for the definition."""
+"""Compiled pbh64 chaining; see prefixbench.blockids for the definition."""
 import numpy as np
 cimport numpy as cnp
 from libc.stdint cimport uint32_t, uint64_t
