@@ -32,6 +32,7 @@ TWINS = (
     ("prefixbench.plugins._sarp", "prefixbench.plugins.sarp"),
     ("prefixbench.plugins._segments", "prefixbench.plugins.segments"),
     ("prefixbench.plugins._segment_hash", "prefixbench.plugins.segment_hash"),
+    ("prefixbench.plugins._placement", "prefixbench.plugins._placement_ref"),
 )
 
 ENV_VAR = "PREFIXBENCH_PURE"
