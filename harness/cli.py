@@ -599,7 +599,7 @@ def cmd_engine_bench(args, leftover, argv, quiet):
 def cmd_payload(args, leftover, argv, quiet):
     from prefixbench.units import parse_size
     from prefixbench.reports.tables import format_table
-    from prefixbench.workloads.payload import (
+    from prefixbench.harness.payload import (
         LAYERWISE,
         _parse_objects,
         check_payload,

@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from prefixbench.errors import ConfigError
-from prefixbench.workloads import payload as pl
+from prefixbench.harness import payload as pl
 
 MiB = 1 << 20
 
