@@ -1,0 +1,462 @@
+"""Sparse prefix caching on real traffic: overlap depths, frontiers, the solver bench.
+
+**Entries and hits.**  The replay runs the exact radix oracle alone (match the
+prompt, then insert the whole sequence, in the paper's order).  An *entry* is
+one retained sequence: an inserted sequence that added at least one block,
+i.e. a new root-to-node path of the oracle's tree (an insert that adds nothing
+retains no new sequence).  A request *hits* the entry whose insert created the
+deepest block of its longest match (the oracle's metadata names the request
+that first inserted each block); the chained ids make that entry hold the whole
+matched prefix.  A match of zero blocks is no hit.
+
+**Depth relative to the entry's start.**  Every entry is a root-to-node path,
+so it starts at block 0 and a hit's depth d is simply its match length in
+blocks (tokens = d x block size).  The pooled histogram w(d) counts every hit
+at its depth; a per-entry histogram counts only that entry's hits.  A fixed
+set of positions means the same prefix lengths on every entry (a position past
+an entry's end is simply not there), so a pooled placement is evaluated on the
+pooled histogram exactly; per-entry policies (``end``, ``boundary``,
+``uniform``, ``geometric`` and per-entry dp) are evaluated entry by entry.
+
+**Boundaries.**  An entry's turn boundaries are where each turn on its path
+ended its prompt and its output (``len(match_ids)`` and ``len(insert_ids)``
+of that turn and of every earlier turn it continues); messages inside one
+turn's input are not visible in the request stream.
+
+**Splits.**  ``offline`` fits and evaluates on every hit; ``online`` fits on the
+hits of the first half of the requests and evaluates on the hits of the
+second half (the honest figure).  Per-entry dp falls back to the pooled fit
+for an entry with no fitted hit.  Checkpoints per entry are means over every
+entry of the replay.
+
+**Budgets.**  A budget M caps checkpoints per entry for ``dp``, ``uniform``,
+``geometric`` and ``boundary``; ``end`` keeps one; ``block:B`` ignores it
+(B, 2B, ... over each entry: its count grows with the entry), so the
+frontier runs ``block`` at several B and compares policies at their measured
+checkpoints per entry.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from prefixbench.errors import ConfigError
+from prefixbench.metas import make_metas
+from prefixbench.plugins import placement as P
+from prefixbench.plugins.models import get_model
+from prefixbench.plugins.radix import RadixTree
+
+DEFAULT_BUDGETS = (1, 2, 4, 8, 16, 32, 64)
+DEFAULT_POLICIES = ("dp", "block", "uniform", "geometric", "end", "boundary")
+
+
+@dataclass
+class Depths:
+    """Every entry and every hit of one replay."""
+
+    workload: str
+    block_size: int
+    requests: int
+    entry_len: np.ndarray           # blocks of each entry (entry id = index)
+    entry_request: np.ndarray       # the request whose insert created it
+    hit_entry: np.ndarray           # per hit: the entry it hit
+    hit_depth: np.ndarray           # per hit: depth in blocks from the entry's start
+    hit_request: np.ndarray         # per hit: the hitting request's number
+    bnd_entry: np.ndarray           # turn boundaries, flat, sorted by (entry, position)
+    bnd_pos: np.ndarray
+
+    def pooled(self, mask=None) -> np.ndarray:
+        """w(0..D): hits per depth (all hits, or those selected by ``mask``)."""
+        d = self.hit_depth if mask is None else self.hit_depth[mask]
+        return np.bincount(d, minlength=int(self.entry_len.max(initial=0)) + 1).astype(np.float64)
+
+    def split(self, split: str) -> tuple[np.ndarray, np.ndarray]:
+        """(fit mask, evaluation mask) over the hits."""
+        if split == "offline":
+            m = np.ones(len(self.hit_depth), dtype=bool)
+            return m, m
+        if split == "online":
+            first = self.hit_request < self.requests // 2
+            return first, ~first
+        raise ConfigError(f"option --split: {split!r} is not one of online, offline")
+
+    def entry_histograms(self, mask=None) -> dict[int, np.ndarray]:
+        """Per-entry histograms w_e(0..N_e) of the selected hits."""
+        e = self.hit_entry if mask is None else self.hit_entry[mask]
+        d = self.hit_depth if mask is None else self.hit_depth[mask]
+        out = {}
+        if not len(e):
+            return out
+        order = np.lexsort((d, e))
+        e, d = e[order], d[order]
+        starts = np.flatnonzero(np.r_[True, e[1:] != e[:-1]])
+        ends = np.r_[starts[1:], len(e)]
+        for s, t in zip(starts.tolist(), ends.tolist()):
+            ent = int(e[s])
+            out[ent] = np.bincount(d[s:t], minlength=int(self.entry_len[ent]) + 1).astype(
+                np.float64)
+        return out
+
+
+def collect(workload, limit: int | None = None, progress=None) -> Depths:
+    """Replay ``workload`` through the exact oracle and record entries and hits."""
+    tree = RadixTree(16, 1 << 16)
+    entry_of: dict[int, int] = {}
+    entry_len, entry_req = [], []
+    hits_e, hits_d, hits_r = [], [], []
+    bnd_e, bnd_p = [], []
+    past: dict[int, list] = {}          # session -> [(length, last id, boundaries)]
+    n = 0
+    for r, req in enumerate(workload.requests()):
+        if limit is not None and r >= limit:
+            break
+        n = r + 1
+        mids, iids = req.match_ids, req.insert_ids
+        m = tree.match(mids)
+        L = m.n_blocks
+        if L:
+            inserter = int(m.metas[L - 1, 8:16].view(np.uint64)[0])
+            hits_e.append(entry_of[inserter])
+            hits_d.append(L)
+            hits_r.append(r)
+        before = tree.entries
+        tree.insert(iids, make_metas(iids, r))
+        # turn boundaries: the deepest earlier turn of the session this one continues
+        sess = past.setdefault(req.session, [])
+        base = ()
+        best = 0
+        for ln, last, bnds in sess:
+            if best < ln <= len(iids) and int(iids[ln - 1]) == last:
+                best, base = ln, bnds
+        bnds = tuple(sorted(set(base) | {len(mids), len(iids)} - {0}))
+        if len(iids):
+            sess.append((len(iids), int(iids[-1]), bnds))
+        if tree.entries > before:
+            ent = len(entry_len)
+            entry_of[r] = ent
+            entry_len.append(len(iids))
+            entry_req.append(r)
+            bnd_e.extend([ent] * len(bnds))
+            bnd_p.extend(bnds)
+        if progress is not None:
+            progress(1)
+    i64 = lambda x: np.asarray(x, dtype=np.int64)   # noqa: E731
+    return Depths(getattr(workload, "name", "workload"), int(workload.block_size), n,
+                  i64(entry_len), i64(entry_req), i64(hits_e), i64(hits_d), i64(hits_r),
+                  i64(bnd_e), i64(bnd_p))
+
+
+# ----------------------------------------------------------------------------- evaluation
+def _flat_resume(hit_e, hit_d, pos_e, pos_p, span: int) -> np.ndarray:
+    """s(d) per hit for per-entry position sets given flat, sorted by (entry, position)."""
+    if not len(pos_e) or not len(hit_e):
+        return np.zeros(len(hit_e), dtype=np.float64)
+    key = pos_e * span + pos_p
+    i = np.searchsorted(key, hit_e * span + hit_d, side="right") - 1
+    ok = (i >= 0) & (pos_e[np.maximum(i, 0)] == hit_e)
+    return np.where(ok, pos_p[np.maximum(i, 0)], 0).astype(np.float64)
+
+
+@dataclass
+class Row:
+    policy: str
+    budget: int | None
+    ckpt_per_entry: float
+    recompute: float            # expected recompute, blocks (positions)
+    kept: float                 # share of the dense hit kept
+    notes: str = ""
+
+
+@dataclass
+class Frontier:
+    depths: Depths
+    split: str
+    model: object
+    rows: list[Row] = field(default_factory=list)
+    hits_fit: int = 0
+    hits_eval: int = 0
+    no_reuse: float = 0.0
+    dense_ckpt: float = 0.0
+
+
+def _block_sizes(depths: Depths, budgets) -> list[int]:
+    """B values for ``block``: powers of two from 1 up to the longest entry."""
+    top = int(depths.entry_len.max(initial=1))
+    out, b = [], 1
+    while b <= top:
+        out.append(b)
+        b *= 2
+    return out
+
+
+def frontier(depths: Depths, budgets=DEFAULT_BUDGETS, policies=DEFAULT_POLICIES,
+             split: str = "offline", model: str = "positions") -> Frontier:
+    """Every policy at every budget, evaluated on ``split``."""
+    preset = get_model(model)
+    # a bare "block" sweeps B (powers of two); every other name parses as a policy
+    pols = [P.Policy("block") if str(p).strip() == "block" else P.parse_policy(p, "--policies")
+            for p in policies]
+    for b in budgets:
+        P.check_budget(b, 1 << 62, "--budgets")
+    fit, ev = depths.split(split)
+    fr = Frontier(depths, split, preset, hits_fit=int(fit.sum()), hits_eval=int(ev.sum()))
+    if not fr.hits_eval:
+        raise ConfigError(f"workload {depths.workload}: no request of the "
+                          f"{'second half' if split == 'online' else 'replay'} hits a cached "
+                          f"entry, so there is nothing to place checkpoints for")
+    he, hd = depths.hit_entry[ev], depths.hit_depth[ev].astype(np.float64)
+    hdi = depths.hit_depth[ev]
+    n_e = depths.entry_len
+    hn = n_e[he]
+    dense_hit = hd.sum()
+    fr.no_reuse = float(hd.mean())
+    fr.dense_ckpt = float(n_e.mean())
+    span = int(n_e.max(initial=0)) + 2
+    w_fit = depths.pooled(fit)
+    nz = np.flatnonzero(w_fit)
+    span_fit = int(nz[-1]) if len(nz) else 0     # D: the deepest fitted hit
+
+    def add(policy, budget, ckpt, s, notes=""):
+        rec = float((hd - s).sum() / len(hd))
+        fr.rows.append(Row(policy, budget, float(ckpt), rec,
+                           float(s.sum() / dense_hit) if dense_hit else 1.0, notes))
+
+    pooled_dp: dict[int, np.ndarray] = {}
+    for pol in pols:
+        k = pol.kind
+        if k == "block":
+            for b in ([pol.param] if pol.param else _block_sizes(depths, budgets)):
+                pos = np.arange(b, span, b)
+                add(f"block:{b}", None, (n_e // b).mean(), P.resume_points(hdi, pos))
+            continue
+        if k == "end":
+            add("end", None, (n_e >= 1).mean(), np.where(hdi == hn, hd, 0.0))
+            continue
+        for m in budgets:
+            if pol.param is not None and k in ("uniform", "geometric"):
+                if m != budgets[0]:
+                    continue
+                m = pol.param
+            if k == "dp":
+                if (w_fit > 0).any():
+                    pos, _ = P.impl.solve(w_fit, min(m, len(w_fit) - 1))
+                else:
+                    pos = np.empty(0, dtype=np.int64)
+                pooled_dp[m] = pos
+                add("dp", m, np.searchsorted(pos, n_e, side="right").mean(),
+                    P.resume_points(hdi, pos))
+                ent_e, ent_p, counts = _per_entry_dp(depths, fit, m, pos)
+                add("dp/entry", m, counts.mean(), _flat_resume(he, hdi, ent_e, ent_p, span))
+            elif k in ("uniform", "geometric"):
+                # fixed positions over the fitted histogram's span 1..D
+                pos = P.policy_positions(P.Policy(k, pol.param), span_fit, m)
+                add(pol.text if pol.param else k, m,
+                    np.searchsorted(pos, n_e, side="right").mean(), P.resume_points(hdi, pos))
+            elif k == "boundary":
+                be, bp, counts = _kept_boundaries(depths, m)
+                add("boundary", m, counts.mean(), _flat_resume(he, hdi, be, bp, span))
+    return fr
+
+
+def _per_entry_dp(depths: Depths, fit, m: int, pooled_pos):
+    """Per-entry dp placements: (flat entries, flat positions, count per entry)."""
+    hists = depths.entry_histograms(fit)
+    n_e = depths.entry_len
+    counts = np.zeros(len(n_e), dtype=np.int64)
+    pe, pp = [], []
+    for ent, w in hists.items():
+        nz = np.flatnonzero(w[1:]) + 1
+        pos = nz if len(nz) <= m else P.impl.solve(w, min(m, len(w) - 1))[0]
+        counts[ent] = len(pos)
+        pe.append(np.full(len(pos), ent, dtype=np.int64))
+        pp.append(np.asarray(pos, dtype=np.int64))
+    if depths.requests and len(pooled_pos) and len(hists) < len(n_e) and fit is not None \
+            and not fit.all():
+        # online: entries with no fitted hit keep the pooled placement
+        rest = np.setdiff1d(np.arange(len(n_e)), np.fromiter(hists, dtype=np.int64))
+        k = np.searchsorted(pooled_pos, n_e[rest], side="right")
+        counts[rest] = k
+        pe.append(np.repeat(rest, k))
+        pp.append(np.concatenate([pooled_pos[:c] for c in k.tolist()]) if len(rest)
+                  else np.empty(0, np.int64))
+    if not pe:
+        return np.empty(0, np.int64), np.empty(0, np.int64), counts
+    e, p = np.concatenate(pe), np.concatenate(pp)
+    order = np.lexsort((p, e))
+    return e[order], p[order], counts
+
+
+def _kept_boundaries(depths: Depths, m: int):
+    """Each entry's boundaries, at most ``m`` (evenly by rank, the last kept)."""
+    e, p = depths.bnd_entry, depths.bnd_pos
+    counts = np.bincount(e, minlength=len(depths.entry_len)) if len(e) else \
+        np.zeros(len(depths.entry_len), dtype=np.int64)
+    if not len(e):
+        return e, p, counts
+    starts = np.r_[0, np.cumsum(counts)[:-1]]
+    rank = np.arange(len(e)) - starts[e]
+    c = counts[e]
+    keep = c <= m
+    big = ~keep
+    if big.any() and m > 0:
+        # kept ranks: ceil(k * c / m) - 1 for k = 1..m  <=>  rank r is kept when
+        # floor((r + 1) * m / c) > floor(r * m / c)
+        r, cc = rank[big], c[big]
+        keep[big] = ((r + 1) * m) // cc > (r * m) // cc
+    if m == 0:
+        keep[:] = False
+    kept_counts = np.bincount(e[keep], minlength=len(depths.entry_len))
+    return e[keep], p[keep], kept_counts
+
+
+# ----------------------------------------------------------------------------- tables
+FIXED = ("block", "uniform", "geometric")
+PER_ENTRY = ("end", "boundary")
+
+
+def _kind(row) -> str:
+    return row.policy.split(":")[0].split("/")[0]
+
+
+def comparison(fr: Frontier, budgets) -> list[tuple]:
+    """Per budget: ``(M, dp, dp/entry, best fixed heuristic, best per-entry heuristic)``,
+    each heuristic the lowest R among those using at most M checkpoints per entry."""
+    out = []
+    for m in budgets:
+        dp = [r for r in fr.rows if r.policy == "dp" and r.budget == m]
+        if not dp:
+            continue
+        dpe = next((r for r in fr.rows if r.policy == "dp/entry" and r.budget == m), None)
+
+        def best(kinds):
+            rivals = [r for r in fr.rows if _kind(r) in kinds and r.ckpt_per_entry <= m + 1e-9]
+            return min(rivals, key=lambda r: (r.recompute, r.ckpt_per_entry), default=None)
+        out.append((m, dp[0], dpe, best(FIXED), best(PER_ENTRY)))
+    return out
+
+
+def equal_r(fr: Frontier) -> list[tuple]:
+    """For each block:B row: the fewest dp checkpoints (over the budgets run) with
+    R no higher than block's."""
+    dps = sorted((r for r in fr.rows if r.policy == "dp"), key=lambda r: r.budget)
+    out = []
+    for r in fr.rows:
+        if not r.policy.startswith("block:"):
+            continue
+        match = next((d for d in dps if d.recompute <= r.recompute + 1e-12), None)
+        out.append((r, match))
+    return out
+
+
+def format_frontier(fr: Frontier, budgets) -> str:
+    from prefixbench.reports.tables import fmt_bytes, format_table
+    d, model = fr.depths, fr.model
+    bs = d.block_size
+    sb = model.state_bytes
+    lines = [f"placement frontier: {d.workload} ({d.requests:,} requests, {len(d.entry_len):,} "
+             f"entries, mean {d.entry_len.mean() if len(d.entry_len) else 0:.1f} blocks; "
+             f"block size {bs}), split {fr.split}: fit on {fr.hits_fit:,} hits, "
+             f"evaluated on {fr.hits_eval:,}",
+             f"model {model.name}: {fmt_bytes(sb) if model.name != 'positions' else '1'} per "
+             f"checkpoint, dense KV {fmt_bytes(model.kv_bytes_per_token)}/token; "
+             f"no-reuse bound {fr.no_reuse:.2f} blocks ({fr.no_reuse * bs:,.0f} tokens), "
+             f"dense bound 0 (a state at every position: {fr.dense_ckpt:.1f} per entry)"]
+    unit = "ckpt units/entry" if model.name == "positions" else "ckpt bytes/entry"
+    rows = [("no-reuse", "-", "0", "0", f"{fr.no_reuse:.3f}", f"{fr.no_reuse * bs:,.1f}", "0.0%"),
+            ("dense", "-", f"{fr.dense_ckpt:.2f}", _bytes(fr.dense_ckpt * sb, model), "0.000",
+             "0.0", "100.0%")]
+    for r in fr.rows:
+        rows.append((r.policy, "-" if r.budget is None else r.budget, f"{r.ckpt_per_entry:.2f}",
+                     _bytes(r.ckpt_per_entry * sb, model), f"{r.recompute:.3f}",
+                     f"{r.recompute * bs:,.1f}", f"{100 * r.kept:.1f}%"))
+    lines.append(format_table(("policy", "budget", "ckpt/entry", unit, "recompute (blocks)",
+                               "recompute (tokens)", "dense hit kept"), rows))
+    cmp_rows = []
+    for m, dp, dpe, fx, pe in comparison(fr, budgets):
+        verdict = "-" if fx is None else ("dp <= it" if dp.recompute <= fx.recompute + 1e-9
+                                         else "dp worse")
+        cmp_rows.append((m, f"{dp.recompute:.3f}", f"{dp.ckpt_per_entry:.2f}",
+                         f"{fx.policy} ({fx.ckpt_per_entry:.2f})" if fx else "-",
+                         f"{fx.recompute:.3f}" if fx else "-", verdict,
+                         f"{pe.policy} ({pe.ckpt_per_entry:.2f})" if pe else "-",
+                         f"{pe.recompute:.3f}" if pe else "-",
+                         f"{dpe.recompute:.3f}" if dpe else "-"))
+    if cmp_rows:
+        lines += ["", "dp against the best heuristic using at most M checkpoints per entry "
+                  "(fixed positions: block, uniform, geometric; per entry, as they are: end, "
+                  "boundary):",
+                  format_table(("M", "dp R", "dp ckpt", "best fixed (ckpt)", "its R", "",
+                                "best per-entry (ckpt)", "its R", "dp/entry R"), cmp_rows)]
+    eq = equal_r(fr)
+    if eq:
+        er = [(b.policy, f"{b.ckpt_per_entry:.2f}", f"{b.recompute:.3f}",
+               f"{m.ckpt_per_entry:.2f} (M={m.budget})" if m else "not within the budgets run",
+               f"{b.ckpt_per_entry / m.ckpt_per_entry:.1f}x" if m and m.ckpt_per_entry else "-")
+              for b, m in eq]
+        lines += ["", "at equal R: the fewest dp checkpoints per entry reaching block:B's R:",
+                  format_table(("block", "ckpt/entry", "R", "dp ckpt/entry", "block / dp"), er)]
+    return "\n".join(lines)
+
+
+def _bytes(v: float, model) -> str:
+    from prefixbench.reports.tables import fmt_bytes
+    return f"{v:.2f}" if model.name == "positions" else fmt_bytes(v)
+
+
+def frontier_benchmarks(fr: Frontier, metadata: dict) -> list:
+    """pyperf benchmarks, one per policy, budget and figure (counts and sizes)."""
+    from prefixbench.harness.pyperf_io import value_runs
+    bs, sb = fr.depths.block_size, fr.model.state_bytes
+    md = dict(metadata, split=fr.split, model=fr.model.name, hits_eval=fr.hits_eval,
+              no_reuse_blocks=round(fr.no_reuse, 6))
+    out = []
+    for r in fr.rows:
+        tag = r.policy.replace(":", "-").replace("/", "-") + (
+            f"-m{r.budget}" if r.budget is not None else "")
+        for name, unit, v in ((f"{tag}-ckpt-per-entry", "integer", r.ckpt_per_entry),
+                              (f"{tag}-ckpt-bytes", "byte", r.ckpt_per_entry * sb),
+                              (f"{tag}-recompute-blocks", "integer", r.recompute),
+                              (f"{tag}-recompute-tokens", "integer", r.recompute * bs),
+                              (f"{tag}-kept-ppm", "integer", round(r.kept * 1e6))):
+            b = value_runs(f"placement-{name}", unit, [v], md)
+            if b is not None:
+                out.append(b)
+    return out
+
+
+# ----------------------------------------------------------------------------- bench
+BENCH_N = (12_500, 25_000, 50_000, 100_000)
+BENCH_M = (8, 64)
+
+
+def bench(ns=BENCH_N, ms=BENCH_M, repeats: int = 3, seed: int = 0, progress=None) -> list[dict]:
+    """Solver seconds (best of ``repeats``) for each (N, M) on a seeded random
+    histogram, with the ratio to the previous N of the same M."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for m in ms:
+        prev = None
+        for n in ns:
+            w = rng.random(n + 1)
+            best = float("inf")
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                P.impl.solve(w, m)
+                best = min(best, time.perf_counter() - t0)
+                if progress is not None:
+                    progress(1)
+            out.append({"n": n, "m": m, "seconds": best,
+                        "ratio": best / prev if prev else None})
+            prev = best
+    return out
+
+
+def format_bench(rows) -> str:
+    from prefixbench import twins
+    from prefixbench.reports.tables import fmt_seconds, format_table
+    body = [(r["n"], r["m"], fmt_seconds(r["seconds"]),
+             f"{r['ratio']:.2f}" if r["ratio"] else "-") for r in rows]
+    return (f"placement solver ({twins.IMPLEMENTATION}), best of repeats, seeded random weights\n"
+            + format_table(("N", "M", "time", "ratio to N/2"), body))
