@@ -191,6 +191,19 @@ cdef class CheckpointSet:
             k -= 1
         return 0
 
+    def to_array(self):
+        """The members, sorted (uint64)."""
+        out = np.empty(self.n, dtype=np.uint64)
+        cdef uint64_t[::1] o = out
+        cdef uint64_t i
+        cdef Py_ssize_t j = 0
+        for i in range(self.cap):
+            if self.used[i]:
+                o[j] = self.keys[i]
+                j += 1
+        out.sort()
+        return out
+
     def __contains__(self, block_id):
         return self._has(<uint64_t>int(block_id))
 

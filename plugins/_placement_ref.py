@@ -84,6 +84,10 @@ class CheckpointSet:
                 return k
         return 0
 
+    def to_array(self) -> np.ndarray:
+        """The members, sorted (uint64)."""
+        return np.array(sorted(self._ids), dtype=np.uint64)
+
     def __contains__(self, block_id) -> bool:
         return int(block_id) in self._ids
 
