@@ -1,10 +1,16 @@
 """prefixbench: benchmark harness and plugin registry for KVCache prefix indexes.
 
-The public API is small; everything else lives in private-by-convention
-modules under ``prefixbench.harness``, ``.plugins``, ``.engines``,
-``.workloads`` and ``.reports``.
+The package root is the kernel (errors, units, durable writes, chained block
+IDs, metas, the snapshot protocol, phase clocks, the compiled-twin table,
+hookspecs and the registry); it imports none of the five folders.  The public
+names that live in a folder (the store and strategy contracts, the workload
+model) are re-exported lazily, by name, so importing the kernel never loads
+an engine or a strategy.
 """
-from prefixbench.engines.base import SegmentStore, StoreConfig, StoreStats, WriteBatch
+from __future__ import annotations
+
+import importlib
+
 from prefixbench.blockids import chain_ids, chain_tokens, namespace_seed
 from prefixbench.errors import (
     ConfigError,
@@ -15,14 +21,39 @@ from prefixbench.errors import (
 )
 from prefixbench.hookspecs import hookimpl
 from prefixbench.registry import get_registry
-from prefixbench.plugins.strategy import IndexStrategy, Match, Option
-from prefixbench.workloads.model import Request, Session, Turn, Workload
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "ConfigError", "IndexStrategy", "Match", "MissingDependencyError", "Option",
-    "PrefixbenchError", "Request", "SegmentStore", "Session", "StoreConfig", "StoreStats",
-    "TraceFormatError", "Turn", "UnknownPluginError", "Workload", "WriteBatch",
-    "chain_ids", "chain_tokens", "get_registry", "hookimpl", "namespace_seed",
-]
+#: public name -> the module (outside the kernel) that defines it
+_LAZY = {
+    "SegmentStore": "prefixbench.engines.base",
+    "StoreConfig": "prefixbench.engines.base",
+    "StoreStats": "prefixbench.engines.base",
+    "WriteBatch": "prefixbench.engines.base",
+    "IndexStrategy": "prefixbench.plugins.strategy",
+    "Match": "prefixbench.plugins.strategy",
+    "Option": "prefixbench.plugins.strategy",
+    "Request": "prefixbench.workloads.model",
+    "Session": "prefixbench.workloads.model",
+    "Turn": "prefixbench.workloads.model",
+    "Workload": "prefixbench.workloads.model",
+}
+
+__all__ = sorted([
+    "ConfigError", "MissingDependencyError", "PrefixbenchError", "TraceFormatError",
+    "UnknownPluginError", "chain_ids", "chain_tokens", "get_registry", "hookimpl",
+    "namespace_seed", *_LAZY,
+])
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'prefixbench' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return __all__
