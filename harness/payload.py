@@ -13,7 +13,7 @@ after an fsync).  Paths, side by side in one run:
 * ``<engine>`` - any key-value engine (``lmdb``, ``rocksdb``, ``packfile``,
   ...) storing one value per object, restored with one ``get`` per object;
 * ``stripes`` - ``packfile`` holding the payload as fixed stripes (32 MiB
-  default) published as one range (:class:`~prefixbench.engines.packfile.
+  default) published as one range (:class:`~prefixbench.engines.stripes.
   StripeRanges`), each stripe stored so its bytes start on an aligned block;
   a restore is ticket lookup, claim, one native read per stripe (admitted
   through a read bank) straight into the destination buffer whatever N is,
@@ -328,7 +328,7 @@ class _StripesPath:
 
     def __init__(self, root, stripe, pack_bytes, per_token=128 << 10, layers=1,
                  layer_object=1 << 20, layered=False, banks=8, **_):
-        from prefixbench.engines.packfile import StripeRanges
+        from prefixbench.engines.stripes import StripeRanges
         self.root, self.stripe, self.pack_bytes = root, stripe, pack_bytes
         self.per_token, self.banks = per_token, banks
         self.ranges = StripeRanges(os.path.join(root, "packs"), stripe_bytes=stripe,
@@ -344,7 +344,7 @@ class _StripesPath:
         self.ranges.publish(self.tokens, payload)
         self.store.sync()
         if self._want_layered:
-            from prefixbench.engines.packfile import StripeRanges
+            from prefixbench.engines.stripes import StripeRanges
             L = self.layers
             sl = math.gcd(self.stripe, self.layer_object, len(payload) // L, 4096)
             self.layered = StripeRanges(os.path.join(self.root, "layered"),

@@ -358,7 +358,7 @@ def test_second_open_of_the_same_store_is_refused(tmp_path):
 # ----- Range ownership rules (paper 3.5, Table 1) -------------------------------
 
 def _ranges(path, **kw):
-    from prefixbench.engines.packfile import StripeRanges
+    from prefixbench.engines.stripes import StripeRanges
     return StripeRanges(str(path), stripe_bytes=64 << 10, bytes_per_token=4096,
                         pack_bytes=4 * MiB, **kw)
 
@@ -591,7 +591,7 @@ def test_ranges_repeated_lookup_cannot_replace_a_claimed_query(tmp_path):
 def test_ranges_read_banks_are_not_reused_before_release(tmp_path):
     """Two banks; the consumer keeps each bank until its (asynchronous) scatter is proved:
     the third stripe cannot get a bank, and no bank was handed out twice meanwhile."""
-    from prefixbench.engines.packfile import BankError
+    from prefixbench.engines.stripes import BankError
     r = _ranges(tmp_path / "r", banks=2, bank_timeout=0.2)
     toks = list(range(64))                              # 4 stripes
     data = _payload(64, 50)
@@ -662,7 +662,7 @@ def test_ranges_cancel_while_a_read_is_in_flight_keeps_bank_and_lease(tmp_path):
 
 
 def test_ranges_bank_cannot_be_released_while_its_read_is_in_flight(tmp_path):
-    from prefixbench.engines.packfile import BankError
+    from prefixbench.engines.stripes import BankError
     r = _ranges(tmp_path / "r", banks=1)
     bank = r.banks.acquire("me")
     with pytest.raises(BankError, match="in flight"):
@@ -675,7 +675,7 @@ def test_ranges_bank_cannot_be_released_while_its_read_is_in_flight(tmp_path):
 def test_ranges_layers_deliver_per_layer_and_clip_every_layer(tmp_path):
     """4 layers, 1 KiB per token per layer: each layer's slice has its own stripes; a
     partial hit clips every layer at the same token; readiness fires per layer, in order."""
-    from prefixbench.engines.packfile import StripeRanges
+    from prefixbench.engines.stripes import StripeRanges
     r = StripeRanges(str(tmp_path / "r"), stripe_bytes=64 << 10, bytes_per_token=4096,
                      pack_bytes=4 * MiB, layers=4)
     T, sl = 96, 1024                                    # 96 KiB per layer: 2 stripes
