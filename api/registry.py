@@ -3,6 +3,12 @@
 Each hook receives a typed register object for its kind; registering a name
 twice is an error naming both providers.  Lookups of unknown names list what
 is available.
+
+:data:`BUILTIN_PLUGINS` is the one place where plugin modules are named by
+string (import-linter's layer contracts do not see these imports), so the
+kernel can load every built-in without importing a folder.  The harness asks
+for what it needs by name through :func:`get_registry` (the oracle is
+``get("strategy", "radix")``), never by importing a plugin's module.
 """
 from __future__ import annotations
 
