@@ -305,6 +305,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", help="write every restore and the summary as JSON here")
     p.add_argument("--output", "-o", help="pyperf suite: restore seconds per path and point "
                    "here, read calls/bytes/host us per object in OUT.counts.json")
+    p = sub.add_parser("placement", help="sparse prefix caching: checkpoint placement "
+                       "(solve, frontier on a workload, solver bench)",
+                       description="Where to keep recurrent-state checkpoints: the exact "
+                       "O(N*M) placement, frontiers of every policy on a workload, solver timing.")
+    psub = p.add_subparsers(dest="placement_command", metavar="SUBCOMMAND")
+    d = psub.add_parser("solve", help="the exact placement for a depth histogram")
+    d.add_argument("--depths", required=True, metavar="FILE.json",
+                   help='{"weights": [w_0, ..., w_N]}: weight of each overlap depth')
+    d.add_argument("--budget", type=int, required=True, metavar="M", help="checkpoints at most")
+    d.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    d = psub.add_parser("frontier", help="every policy at every budget on a workload's hits")
+    _add_workload_options(d)
+    d.add_argument("--budgets", default="1,2,4,8,16,32,64", help="checkpoints per entry "
+                   "(default: %(default)s)")
+    d.add_argument("--policies", default="dp,block,uniform,geometric,end,boundary",
+                   help="comma-separated; a bare 'block' sweeps B (default: %(default)s)")
+    d.add_argument("--split", default="offline", help="offline: fit and evaluate on every hit; "
+                   "online: fit on the first half of the requests, evaluate on the second")
+    d.add_argument("--model", default="positions", help="cost preset: positions, nemotron-h-8b, "
+                   "qwen3-next-80b (default: %(default)s)")
+    d.add_argument("-o", "--output", help="pyperf suite of every policy, budget and figure")
+    d = psub.add_parser("bench", help="solver time over N in 12.5k..100k, M in 8, 64")
+    d.add_argument("--repeats", type=int, default=3, help="best of (default: %(default)s)")
     return parser
 
 
@@ -667,9 +690,14 @@ def cmd_payload(args, leftover, argv, quiet):
     return 0
 
 
+def cmd_placement(args, leftover, argv, quiet):
+    from prefixbench.harness.placement import cli
+    return cli(args, quiet)
+
+
 COMMANDS = {
     "run": cmd_run, "scale": cmd_scale, "plugins": cmd_plugins, "workload": cmd_workload, "compare": cmd_compare,
     "demo": cmd_demo, "hash-bench": cmd_hash_bench, "engine-bench": cmd_engine_bench,
     "sweep": cmd_sweep, "recover": cmd_recover, "crashtest": cmd_crashtest,
-    "payload": cmd_payload,
+    "payload": cmd_payload, "placement": cmd_placement,
 }

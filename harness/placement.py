@@ -166,6 +166,7 @@ class Row:
     ckpt_per_entry: float
     recompute: float            # expected recompute, blocks (positions)
     kept: float                 # share of the dense hit kept
+    size: int = 0               # positions up to the deepest evaluated hit (per entry: most kept)
     notes: str = ""
 
 
@@ -218,10 +219,15 @@ def frontier(depths: Depths, budgets=DEFAULT_BUDGETS, policies=DEFAULT_POLICIES,
     nz = np.flatnonzero(w_fit)
     span_fit = int(nz[-1]) if len(nz) else 0     # D: the deepest fitted hit
 
-    def add(policy, budget, ckpt, s, notes=""):
+    def add(policy, budget, ckpt, s, size):
         rec = float((hd - s).sum() / len(hd))
         fr.rows.append(Row(policy, budget, float(ckpt), rec,
-                           float(s.sum() / dense_hit) if dense_hit else 1.0, notes))
+                           float(s.sum() / dense_hit) if dense_hit else 1.0, int(size)))
+
+    span_eval = int(hdi.max())
+
+    def in_span(pos):      # positions an evaluated hit can reach
+        return int(np.searchsorted(pos, span_eval, side="right"))
 
     pooled_dp: dict[int, np.ndarray] = {}
     for pol in pols:
@@ -229,10 +235,11 @@ def frontier(depths: Depths, budgets=DEFAULT_BUDGETS, policies=DEFAULT_POLICIES,
         if k == "block":
             for b in ([pol.param] if pol.param else _block_sizes(depths, budgets)):
                 pos = np.arange(b, span, b)
-                add(f"block:{b}", None, (n_e // b).mean(), P.resume_points(hdi, pos))
+                add(f"block:{b}", None, (n_e // b).mean(), P.resume_points(hdi, pos),
+                    in_span(pos))
             continue
         if k == "end":
-            add("end", None, (n_e >= 1).mean(), np.where(hdi == hn, hd, 0.0))
+            add("end", None, (n_e >= 1).mean(), np.where(hdi == hn, hd, 0.0), 1)
             continue
         for m in budgets:
             if pol.param is not None and k in ("uniform", "geometric"):
@@ -246,17 +253,20 @@ def frontier(depths: Depths, budgets=DEFAULT_BUDGETS, policies=DEFAULT_POLICIES,
                     pos = np.empty(0, dtype=np.int64)
                 pooled_dp[m] = pos
                 add("dp", m, np.searchsorted(pos, n_e, side="right").mean(),
-                    P.resume_points(hdi, pos))
+                    P.resume_points(hdi, pos), len(pos))
                 ent_e, ent_p, counts = _per_entry_dp(depths, fit, m, pos)
-                add("dp/entry", m, counts.mean(), _flat_resume(he, hdi, ent_e, ent_p, span))
+                add("dp/entry", m, counts.mean(), _flat_resume(he, hdi, ent_e, ent_p, span),
+                    counts.max(initial=0))
             elif k in ("uniform", "geometric"):
                 # fixed positions over the fitted histogram's span 1..D
                 pos = P.policy_positions(P.Policy(k, pol.param), span_fit, m)
                 add(pol.text if pol.param else k, m,
-                    np.searchsorted(pos, n_e, side="right").mean(), P.resume_points(hdi, pos))
+                    np.searchsorted(pos, n_e, side="right").mean(), P.resume_points(hdi, pos),
+                    in_span(pos))
             elif k == "boundary":
                 be, bp, counts = _kept_boundaries(depths, m)
-                add("boundary", m, counts.mean(), _flat_resume(he, hdi, be, bp, span))
+                add("boundary", m, counts.mean(), _flat_resume(he, hdi, be, bp, span),
+                    counts.max(initial=0))
     return fr
 
 
@@ -322,7 +332,9 @@ def _kind(row) -> str:
 
 def comparison(fr: Frontier, budgets) -> list[tuple]:
     """Per budget: ``(M, dp, dp/entry, best fixed heuristic, best per-entry heuristic)``,
-    each heuristic the lowest R among those using at most M checkpoints per entry."""
+    each heuristic the lowest R among those within budget M: a fixed policy with at
+    most M positions up to the deepest evaluated hit (offline that is dp's
+    feasible set, so offline dp is never worse), a per-entry policy keeping at most M on every entry."""
     out = []
     for m in budgets:
         dp = [r for r in fr.rows if r.policy == "dp" and r.budget == m]
@@ -331,7 +343,7 @@ def comparison(fr: Frontier, budgets) -> list[tuple]:
         dpe = next((r for r in fr.rows if r.policy == "dp/entry" and r.budget == m), None)
 
         def best(kinds):
-            rivals = [r for r in fr.rows if _kind(r) in kinds and r.ckpt_per_entry <= m + 1e-9]
+            rivals = [r for r in fr.rows if _kind(r) in kinds and r.size <= m]
             return min(rivals, key=lambda r: (r.recompute, r.ckpt_per_entry), default=None)
         out.append((m, dp[0], dpe, best(FIXED), best(PER_ENTRY)))
     return out
@@ -384,9 +396,9 @@ def format_frontier(fr: Frontier, budgets) -> str:
                          f"{pe.recompute:.3f}" if pe else "-",
                          f"{dpe.recompute:.3f}" if dpe else "-"))
     if cmp_rows:
-        lines += ["", "dp against the best heuristic using at most M checkpoints per entry "
-                  "(fixed positions: block, uniform, geometric; per entry, as they are: end, "
-                  "boundary):",
+        lines += ["", "dp against the best heuristic within budget M (fixed positions - block, "
+                  "uniform, geometric - with at most M positions up to the deepest hit; per entry, as they "
+                  "are - end, boundary - at most M on every entry):",
                   format_table(("M", "dp R", "dp ckpt", "best fixed (ckpt)", "its R", "",
                                 "best per-entry (ckpt)", "its R", "dp/entry R"), cmp_rows)]
     eq = equal_r(fr)
@@ -460,3 +472,105 @@ def format_bench(rows) -> str:
              f"{r['ratio']:.2f}" if r["ratio"] else "-") for r in rows]
     return (f"placement solver ({twins.IMPLEMENTATION}), best of repeats, seeded random weights\n"
             + format_table(("N", "M", "time", "ratio to N/2"), body))
+
+
+# ----------------------------------------------------------------------------- command line
+def _int_list(option: str, text: str) -> tuple[int, ...]:
+    out = []
+    for part in str(text).split(","):
+        part = part.strip()
+        try:
+            out.append(int(part))
+        except ValueError:
+            raise ConfigError(f"option {option}: {part!r} is not an integer") from None
+    if not out:
+        raise ConfigError(f"option {option}: give at least one value")
+    return tuple(out)
+
+
+def read_depths(path: str) -> np.ndarray:
+    """The ``weights`` of a depths file ``{"weights": [w_0, ..., w_N]}``, checked;
+    every problem one line naming the file (and the field)."""
+    import json
+    import os
+    if not os.path.isfile(path):
+        raise ConfigError(f"--depths {path}: no such file")
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"--depths {path}: not JSON (line {e.lineno}, column {e.colno}: "
+                          f"{e.msg})") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"--depths {path}: cannot be read ({e})") from None
+    if not isinstance(doc, dict):
+        raise ConfigError(f"--depths {path}: must be a JSON object with the field weights")
+    if "weights" not in doc:
+        raise ConfigError(f"--depths {path}: field weights is missing")
+    ws = doc["weights"]
+    if not isinstance(ws, list) or any(isinstance(x, bool) or not isinstance(x, (int, float))
+                                       for x in ws):
+        raise ConfigError(f"--depths {path}: field weights must be a list of numbers "
+                          f"[w_0, ..., w_N]")
+    return P.check_weights(ws, f"--depths {path}: field weights")
+
+
+def cli(args, quiet: bool) -> int:
+    """``prefixbench placement solve|frontier|bench``."""
+    import json
+    import sys
+    from prefixbench.harness.progress import progress
+    what = args.placement_command
+    if what == "solve":
+        w = read_depths(args.depths)
+        res = P.solve(w, args.budget, where=f"--depths {args.depths}: field weights",
+                      option="--budget")
+        for note in res.notes:
+            print(f"prefixbench: note: {note}", file=sys.stderr)
+        if args.json:
+            print(json.dumps(res.as_json()))
+        else:
+            print(f"positions: {' '.join(map(str, res.positions.tolist())) or '(none)'}")
+            print(f"expected recompute: {res.expected_recompute:.6g} positions "
+                  f"(N = {len(w) - 1}, budget {res.budget}, {len(res.positions)} used)")
+            print(f"no-reuse bound: {res.no_reuse:.6g}; dense bound: {res.dense:g}")
+        return 0
+    if what == "frontier":
+        from prefixbench.harness.bench import make_workload
+        from prefixbench.harness.build import parse_kv
+        budgets = _int_list("--budgets", args.budgets)
+        for b in budgets:
+            P.check_budget(b, 1 << 62, "--budgets")
+        policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+        for p in policies:
+            if p != "block":
+                P.parse_policy(p, "--policies")
+        get_model(args.model)
+        if args.split not in ("online", "offline"):
+            raise ConfigError(f"option --split: {args.split!r} is not one of online, offline")
+        if args.limit is not None and args.limit < 1:
+            raise ConfigError(f"option --limit: {args.limit} must be >= 1")
+        wopts = parse_kv("--workload-option", args.workload_option)
+        wl = make_workload(args.workload, wopts)
+        total = len(wl) if args.limit is None else min(args.limit, len(wl))
+        with progress(total, f"placement {args.workload}", quiet) as bar:
+            dep = collect(wl, args.limit, progress=bar.update)
+        fr = frontier(dep, budgets, policies, args.split, args.model)
+        print(format_frontier(fr, budgets))
+        if args.output:
+            from prefixbench.harness.pyperf_io import run_metadata, write_suite
+            md = run_metadata("placement", None, args.workload,
+                              {"workload_options": wopts, "budgets": list(budgets),
+                               "policies": policies, "split": args.split, "model": args.model,
+                               "limit": args.limit})
+            write_suite(args.output, frontier_benchmarks(fr, md))
+        return 0
+    if what == "bench":
+        if args.repeats < 1:
+            raise ConfigError(f"option --repeats: {args.repeats} must be >= 1")
+        with progress(len(BENCH_N) * len(BENCH_M) * args.repeats, "placement bench", quiet,
+                      unit="solve") as bar:
+            rows = bench(repeats=args.repeats, progress=bar.update)
+        print(format_bench(rows))
+        return 0
+    raise ConfigError("placement: give a subcommand: solve, frontier or bench")
