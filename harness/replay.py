@@ -34,7 +34,21 @@ from prefixbench import phases
 from prefixbench.metas import make_metas
 from prefixbench.harness.progress import progress
 from prefixbench.plugins.strategy import IndexStrategy
+from prefixbench.registry import get_registry
 from prefixbench.workloads.model import Workload
+
+#: the exact strategy every replay shadows, looked up by name like any plugin
+ORACLE = "radix"
+
+
+def make_oracle(meta_size: int) -> IndexStrategy:
+    """A fresh exact oracle (:data:`ORACLE` from the registry) for ``meta_size``-byte metas."""
+    return get_registry().get("strategy", ORACLE).factory(meta_size=meta_size)
+
+
+def _reads(store) -> int:
+    """Logical reads so far, through the store contract (0 without a store)."""
+    return store.stats().reads if store is not None else 0
 
 
 @dataclass
@@ -140,22 +154,6 @@ class ReplayResult:
         arr = arrs[0 if which == "match" else 1]
         return float(arr.mean()) / 1e9 if len(arr) else 0.0
 
-    def summary(self) -> dict:
-        return {
-            "requests": self.requests,
-            "throughput_rps": self.throughput,
-            "token_hit_rate": self.hit_rate,
-            "oracle_hit_rate": self.oracle_hit_rate,
-            "hit_rate_loss": self.hit_rate_loss,
-            "false_hits": self.false_hits,
-            "match_mean_s": self.latency("match"),
-            "match_p50_s": self.latency("match", 50),
-            "match_p99_s": self.latency("match", 99),
-            "insert_mean_s": self.latency("insert"),
-            "store_reads_per_match": self.reads_per_match,
-            "store_bytes": self.store_bytes,
-        }
-
 
 def replay(strategy: IndexStrategy, workload: Workload, *, oracle: IndexStrategy | None = None,
            limit: int | None = None, quiet: bool = True, desc: str = "replay",
@@ -175,8 +173,7 @@ def replay(strategy: IndexStrategy, workload: Workload, *, oracle: IndexStrategy
                                desc=desc, freeze_gc=freeze_gc, check=check,
                                breakdown=breakdown, oracle=oracle)
     if oracle is None and check:
-        from prefixbench.plugins.radix import RadixStrategy
-        oracle = RadixStrategy(meta_size=strategy.meta_size)
+        oracle = make_oracle(strategy.meta_size)
     res = ReplayResult()
     total = len(workload) if limit is None else min(limit, len(workload))
     match_ns = np.zeros(total, dtype=np.int64)
@@ -198,7 +195,7 @@ def replay(strategy: IndexStrategy, workload: Workload, *, oracle: IndexStrategy
             if i >= total:
                 break
             q = req.match_ids
-            reads0 = store._stats.reads if store is not None else 0
+            reads0 = _reads(store)
             if bd:
                 reset()
             t0 = clock()
@@ -207,22 +204,15 @@ def replay(strategy: IndexStrategy, workload: Workload, *, oracle: IndexStrategy
             if bd:
                 bd.record(0, i, p_totals(), p_switches())
             if store is not None:
-                res.store_reads_in_match += store._stats.reads - reads0
+                res.store_reads_in_match += _reads(store) - reads0
             n = m.n_blocks
             res.hit_blocks += n
             res.hit_tokens += min(n * block_size, req.prompt_tokens)
             res.prompt_tokens += req.prompt_tokens
             if check:
                 om = oracle.match(q)
-                on = om.n_blocks
-                res.oracle_hit_tokens += min(on * block_size, req.prompt_tokens)
-                if n > on:
-                    res.false_hits += n - on
-                elif n < on:
-                    res.short_matches += 1
-                k = min(n, on)
-                if k and not np.array_equal(m.metas[:k], om.metas[:k]):
-                    res.false_hits += int((m.metas[:k] != om.metas[:k]).any(axis=1).sum())
+                res.oracle_hit_tokens += min(om.n_blocks * block_size, req.prompt_tokens)
+                _check_match(res, m, om)
             ids = req.insert_ids
             metas = make_metas(ids, i, meta_size)
             if bd:
@@ -351,8 +341,6 @@ def replay_threaded(strategy: IndexStrategy, workload: Workload, *, threads: int
     ``breakdown`` splits each latency into phases per thread (each request
     thread has its own clock; lock waits show as ``lock``).
     """
-    from prefixbench.plugins.radix import RadixStrategy
-
     reqs = []
     for req in workload.requests():
         if limit is not None and len(reqs) >= limit:
@@ -366,7 +354,7 @@ def replay_threaded(strategy: IndexStrategy, workload: Workload, *, threads: int
     insert_ns = np.zeros(total, dtype=np.int64)
     got: list = [None] * total
     store = strategy.store
-    reads0 = store._stats.reads if store is not None else 0
+    reads0 = _reads(store)
     clock = time.perf_counter_ns
     starts = np.zeros(threads, dtype=np.int64)
     ends = np.zeros(threads, dtype=np.int64)
@@ -434,10 +422,10 @@ def replay_threaded(strategy: IndexStrategy, workload: Workload, *, threads: int
     if bd:
         bd.finish(res, total)
     if store is not None:
-        res.store_reads_in_match = store._stats.reads - reads0   # match and insert reads
+        res.store_reads_in_match = _reads(store) - reads0   # match and insert reads
     block_size = workload.block_size
     if oracle is None and check:
-        oracle = RadixStrategy(meta_size=meta_size)
+        oracle = make_oracle(meta_size)
     for i, r in enumerate(reqs):
         m = got[i]
         res.hit_blocks += m.n_blocks
@@ -449,19 +437,25 @@ def replay_threaded(strategy: IndexStrategy, workload: Workload, *, threads: int
             oracle.insert(r.insert_ids, insert_metas[i])
     if oracle is not None:
         for i, r in enumerate(reqs):     # every returned block must exist, same metadata
-            m = got[i]
-            om = oracle.match(r.match_ids)
-            if m.n_blocks > om.n_blocks:
-                res.false_hits += m.n_blocks - om.n_blocks
-            k = min(m.n_blocks, om.n_blocks)
-            if k and not np.array_equal(m.metas[:k], om.metas[:k]):
-                res.false_hits += int((m.metas[:k] != om.metas[:k]).any(axis=1).sum())
-            elif m.n_blocks < om.n_blocks:
-                res.short_matches += 1
+            _check_match(res, got[i], oracle.match(r.match_ids))
     else:
         res.oracle_hit_tokens = res.hit_tokens
     _collect_end_state(res, strategy)
     return res
+
+
+def _check_match(res: ReplayResult, m, om) -> None:
+    """Count ``m``'s false hits against the oracle's answer ``om`` for the same query:
+    blocks beyond the oracle's prefix, and blocks of the common prefix whose metadata
+    differs; a match shorter than the oracle's is a short match (not an error)."""
+    n, on = m.n_blocks, om.n_blocks
+    if n > on:
+        res.false_hits += n - on
+    elif n < on:
+        res.short_matches += 1
+    k = min(n, on)
+    if k and not np.array_equal(m.metas[:k], om.metas[:k]):
+        res.false_hits += int((m.metas[:k] != om.metas[:k]).any(axis=1).sum())
 
 
 def _collect_end_state(res: ReplayResult, strategy: IndexStrategy) -> None:

@@ -50,7 +50,7 @@ for codeact, lmcache-agent, eabf and ultrachat; the workload options come
 from :func:`prefixbench.workloads.profiles.paper_workload_options`), in two
 phases as YCSB does:
 
-* one counting pass over the trace (a compiled block-hash table) gives the
+* one counting pass over the trace (NumPy over chunks of requests) gives the
   unique-block count and, per request, how many leading blocks were indexed
   before it;
 * the **load** phase, untimed, inserts every request but the last
@@ -121,7 +121,8 @@ import numpy as np
 from prefixbench.harness import pyperf_io
 from prefixbench.harness.build import build
 from prefixbench.errors import ConfigError
-from prefixbench.harness.replay import ReplayResult, replay
+from prefixbench.harness.bench import make_workload
+from prefixbench.harness.replay import ReplayResult, make_oracle, replay
 from prefixbench.metas import make_metas
 from prefixbench.harness.progress import progress
 from prefixbench.units import parse_size
@@ -707,10 +708,6 @@ class SweepResult:
 
 
 # ----------------------------------------------------------------------------- running
-def _make_workload(cfg: SweepConfig):
-    return get_registry().get("workload", cfg.workload).factory(**cfg.workload_options)
-
-
 def size_store(cfg: SweepConfig, workload, *, quiet: bool = True) -> Sizing:
     """Replay ssd-blockhash (no oracle) on ``cfg``'s engine and apply the cache rule.
 
@@ -757,30 +754,111 @@ class _Tail:
         return self._n
 
 
-def count_pass(workload, *, quiet: bool = True) -> Counting:
-    """Unique blocks of the trace and each request's already-indexed prefix length."""
-    from prefixbench.plugins.blockhash import BlockHashTable
+#: blocks the counting pass gathers before it looks them up in one vectorised step
+COUNT_CHUNK_BLOCKS = 1 << 20
 
-    table = BlockHashTable(1, 1024)
+
+def _merge_disjoint(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Two sorted uint64 arrays with no common value, merged in O(len) (no sort)."""
+    pos = np.searchsorted(a, b)
+    pos += np.arange(len(b), dtype=pos.dtype)
+    out = np.empty(len(a) + len(b), dtype=np.uint64)
+    keep = np.ones(len(out), dtype=bool)
+    keep[pos] = False
+    out[pos] = b
+    out[keep] = a
+    return out
+
+
+class _SeenBlocks:
+    """A growing set of block ids kept as sorted, disjoint NumPy runs (a tiny LSM).
+
+    A lookup is one ``searchsorted`` per run; adding appends a run and merges
+    runs of similar size, so each run is more than twice the next and there are
+    about log2(n / chunk) of them.  8 bytes per id, about twice that while the
+    two largest runs merge: within the pre-flight's counting budget.
+    """
+
+    def __init__(self):
+        self.runs: list = []
+
+    def contains(self, ids: np.ndarray) -> np.ndarray:
+        """``ids`` (sorted) -> bool array, True where already in the set."""
+        found = np.zeros(len(ids), dtype=bool)
+        for run in self.runs:
+            pos = np.searchsorted(run, ids)
+            np.minimum(pos, len(run) - 1, out=pos)
+            found |= run[pos] == ids
+        return found
+
+    def add(self, ids: np.ndarray) -> None:
+        """Add ``ids``: sorted, unique and none of them in the set yet."""
+        if not len(ids):
+            return
+        runs = self.runs
+        runs.append(ids)
+        while len(runs) > 1 and len(runs[-2]) <= 2 * len(runs[-1]):
+            b = runs.pop()
+            runs.append(_merge_disjoint(runs.pop(), b))
+
+
+def _new_per_request(seen: _SeenBlocks, chunk: list, lens: np.ndarray) -> np.ndarray:
+    """How many of each request's blocks the set had not seen, in request order (a
+    block repeated later in the chunk counts once, at its first request); adds them."""
+    cat = np.concatenate(chunk) if chunk else np.empty(0, np.uint64)
+    uniq, first = np.unique(cat, return_index=True)
+    new = ~seen.contains(uniq)
+    owner = np.repeat(np.arange(len(lens)), lens)
+    seen.add(uniq[new])
+    return np.bincount(owner[first[new]], minlength=len(lens))
+
+
+def count_pass(workload, *, quiet: bool = True) -> Counting:
+    """Unique blocks of the trace and each request's already-indexed prefix length.
+
+    Streams the trace once; requests are gathered into chunks of about
+    :data:`COUNT_CHUNK_BLOCKS` blocks and each chunk is counted with NumPy
+    (:class:`_SeenBlocks`), so no index strategy is involved.  Chained ids make
+    the already-seen blocks of a request a prefix, so their count is its length.
+    """
+    seen = _SeenBlocks()
     known = np.zeros(max(len(workload), 1), dtype=np.int64)
     cum = np.zeros(len(known), dtype=np.int64)
     total = n = 0
+    chunk, lens, size = [], [], 0
+
+    def flush():
+        nonlocal total, known, cum
+        lens_a = np.asarray(lens, dtype=np.int64)
+        new = _new_per_request(seen, chunk, lens_a)
+        end = n
+        start = end - len(lens_a)
+        if end > len(known):
+            grow = max(end, 2 * len(known))
+            known = np.resize(known, grow)
+            cum = np.resize(cum, grow)
+        known[start:end] = lens_a - new
+        cum[start:end] = total + np.cumsum(new)
+        total += int(new.sum())
+        chunk.clear()
+        lens.clear()
+
     bar = progress(len(workload), "[count] unique blocks", quiet)
     try:
         for req in workload.requests():
-            ids = req.insert_ids
-            new = table.insert(ids, np.zeros((len(ids), 1), np.uint8))
-            total += new
-            if n >= len(known):
-                known = np.resize(known, 2 * len(known))
-                cum = np.resize(cum, len(known))
-            known[n] = len(ids) - new
-            cum[n] = total
+            ids = np.asarray(req.insert_ids, dtype=np.uint64)
+            chunk.append(ids)
+            lens.append(len(ids))
+            size += len(ids)
             n += 1
+            if size >= COUNT_CHUNK_BLOCKS:
+                flush()
+                size = 0
             bar.update(1)
+        if lens:
+            flush()
     finally:
         bar.close()
-    del table
     return Counting(n, int(total), known[:n], cum[:n])
 
 
@@ -812,8 +890,6 @@ def run_setting(cfg: SweepConfig, setting: Setting, workload, cache_bytes: int, 
 
     With ``load_requests`` the first that many requests are loaded untimed first (needs
     ``counting``); with request threads the run is checked afterwards by the oracle."""
-    from prefixbench.plugins.radix import RadixStrategy
-
     threads = cfg.threads[0] if threads is None else threads
     threaded = cfg.threaded
     desc = desc or setting.label
@@ -821,7 +897,7 @@ def run_setting(cfg: SweepConfig, setting: Setting, workload, cache_bytes: int, 
                   store_dir=None, cache_bytes=cache_bytes, direct_io=cfg.direct_io,
                   durability=cfg.durability, engine_options=cfg.engine_options,
                   block_tokens=workload.block_size)
-    oracle = RadixStrategy(meta_size=built.strategy.meta_size)
+    oracle = make_oracle(built.strategy.meta_size)
     try:
         engine_cache = built.store.config.cache_bytes if built.store is not None else None
         if not load_requests and not threaded:
@@ -932,8 +1008,7 @@ def run_sweep(cfg: SweepConfig, *, quiet: bool = True) -> SweepResult:
     cache = cfg.cache_bytes
     if cfg.scale == "paper":
         paper = paper_size(cfg)
-        workload = get_registry().get("workload", cfg.workload).factory(
-            **paper.workload_options)
+        workload = make_workload(cfg.workload, paper.workload_options)
         total = len(workload)
         if cfg.run_requests > total:
             raise ConfigError(f"option --run-requests: {cfg.run_requests:,} is more than the "
@@ -951,7 +1026,7 @@ def run_sweep(cfg: SweepConfig, *, quiet: bool = True) -> SweepResult:
             sizing = Sizing(counting.unique_blocks, logical, None, cache)
         wl_options = paper.workload_options
     else:
-        workload = _make_workload(cfg)
+        workload = make_workload(cfg.workload, cfg.workload_options)
         if cfg.cache_rule == "paper":
             sizing = size_store(cfg, workload, quiet=quiet)
             cache = sizing.cache_bytes

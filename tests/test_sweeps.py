@@ -519,8 +519,10 @@ def test_strategies_table_shows_calibration(strategies):
     table = strategies.table()
     assert "at --scale small" in table and "within 25%" in table and "59.30" in table
     # the trace's section 3.2 statistic, measured on the same workload
+    from prefixbench.harness.bench import make_workload
     from prefixbench.workloads.describe import describe
-    want = describe(sweeps._make_workload(strategies.config))["span_share_gt3"]
+    cfg = strategies.config
+    want = describe(make_workload(cfg.workload, cfg.workload_options))["span_share_gt3"]
     assert strategies.span_share == pytest.approx(want)
     line = next(ln for ln in table.splitlines() if ln.startswith("spans with > 3"))
     assert f"{want:.2%}" in line and "21.31%" in line
@@ -576,3 +578,42 @@ def test_paper_scale_without_paper_sizes_is_one_line(run_cli, monkeypatch):
     code, stdout, err = run_cli("sweep", "strategies", "-w", "codeact", "--scale", "paper",
                                 "-e", "lmdb")
     _one_line_error(code, err, "--scale", "no paper sizes")
+
+
+@pytest.mark.parametrize("chunk", [1 << 20, 64, 1])
+def test_count_pass_matches_a_set_of_seen_blocks(monkeypatch, chunk):
+    """The counting pass (NumPy over chunks) against a plain Python set, with chunk
+    sizes that exercise one chunk, many run merges, and one block at a time."""
+    import numpy as np
+
+    from prefixbench.harness.bench import make_workload
+    monkeypatch.setattr(sweeps, "COUNT_CHUNK_BLOCKS", chunk)
+    wl = make_workload("codeact", {"sessions": 12})
+    seen, known, cum = set(), [], []
+    for req in wl.requests():
+        ids = [int(x) for x in req.insert_ids]
+        new = [k for k in dict.fromkeys(ids) if k not in seen]
+        seen.update(new)
+        known.append(len(ids) - len(new))
+        cum.append(len(seen))
+    c = sweeps.count_pass(wl)
+    assert c.requests == len(known) and c.unique_blocks == len(seen)
+    assert c.known.tolist() == known and c.cumulative.tolist() == cum
+    assert c.known.dtype == np.int64 and c.cumulative.dtype == np.int64
+
+
+def test_count_pass_set_keeps_disjoint_sorted_runs():
+    import numpy as np
+    s = sweeps._SeenBlocks()
+    rng = np.random.default_rng(1)
+    every = np.unique(rng.integers(0, 2**64 - 1, 5000, dtype=np.uint64))
+    rng.shuffle(every)
+    for part in np.array_split(every, 37):
+        part = np.sort(part)
+        assert not s.contains(part).any()
+        s.add(part)
+        assert s.contains(part).all()
+    merged = np.concatenate(s.runs)
+    assert len(merged) == len(every) and len(np.unique(merged)) == len(every)
+    assert all((r[1:] > r[:-1]).all() for r in s.runs)
+    assert all(len(a) > 2 * len(b) for a, b in zip(s.runs, s.runs[1:]))
