@@ -9,8 +9,6 @@
 """
 from __future__ import annotations
 
-import os
-import sys
 import time
 from dataclasses import dataclass, field
 
@@ -70,6 +68,8 @@ class FalseHitsError(PrefixbenchError):
 
 
 def make_workload(name: str, options: dict):
+    """The workload plugin ``name`` built with ``options``: the one place every driver
+    (run, sweeps, recover, crashtest, ...) turns a workload name into a workload."""
     return get_registry().get("workload", name).factory(**options)
 
 
@@ -204,11 +204,3 @@ def _worker_args(our_argv: list[str]) -> list[str]:
             continue
         out.append(a)
     return out + ["--quiet"]
-
-
-def is_pyperf_worker() -> bool:
-    return "--worker" in sys.argv
-
-
-def default_output(name: str) -> str:
-    return os.path.join("results", f"{name}.json")
