@@ -17,7 +17,9 @@ One iteration (seed ``s``):
    metadata it was first inserted with; (b) no match - of the acknowledged
    requests and of the next few, possibly half-done ones - returns a block
    that was never inserted or metadata that was never written for it;
-   (c) recovery itself did not fail.
+   (c) recovery itself did not fail.  What recovery fell back to (a corrupt
+   snapshot, a log replay) comes back as notes, printed with the iteration's
+   line.
 
 ``sarp`` runs with ``max_retrieval=0`` here: with a retrieval budget it may
 legitimately return a shorter prefix, which (a) could not tell from a loss.
@@ -134,9 +136,11 @@ def _verify_main() -> None:
         n_ack = _read_acks(cfg["ack_log"])
         out["acked"] = n_ack
         cls, store = _open(cfg, False)
+        notes = []
         strat = cls.recover(store, cfg["snapshot_dir"], cfg["strategy_options"],
-                            durable_log=False, quiet=True)
+                            durable_log=False, notify=notes.append)
         out["source"] = strat.recovery["source"]
+        out["notes"] = notes
     except Exception as e:           # (c) recovery failed
         out["error"] = f"{type(e).__name__}: {e}"
         print(json.dumps(out))
@@ -268,6 +272,10 @@ def run_crashtest(spec: CrashSpec, quiet: bool = True) -> list[dict]:
                         print(f"crashtest: {strategy}/{engine} seed {seed}: ok "
                               f"({r.get('acked')} acked, killed at {r.get('kill_ms')} ms, "
                               f"recovered from {r.get('source')})", file=sys.stderr)
+                    if failed or not quiet:
+                        for note in r.get("notes", ()):     # what recovery fell back to
+                            print(f"crashtest: {strategy}/{engine} seed {seed}: {note}",
+                                  file=sys.stderr)
                 summary.append(row)
     finally:
         shutil.rmtree(root, ignore_errors=True)

@@ -4,7 +4,7 @@ close it, and time its recovery in a FRESH process.
 Build: the workload is replicated with a fresh namespace seed per copy
 (``namespace=<workload>-copy<k>``: copies share no block), streamed request by
 request, never materialised; every copy has the same unique blocks per
-request (counted once on copy 0 with a compiled block-hash table), so the
+request (counted once on copy 0 by the sweeps' counting pass), so the
 build stops at the first request that reaches N.  Only inserts are replayed
 (recovery does not depend on how the index answered during the build).  A
 probe set - 256 requests of the first copy and 256 of the last - is matched
@@ -185,6 +185,11 @@ def _one_digest(m) -> str:
     return h.hexdigest()
 
 
+def _note(line: str) -> None:
+    """Recovery's notes (what it fell back to) on stderr; the parent keeps them."""
+    print(f"prefixbench: {line}", file=sys.stderr)
+
+
 def _child_main() -> None:
     """Phase 2, in a fresh process: ``python -c ... <spec.json>``; prints one JSON line."""
     with open(sys.argv[1]) as f:
@@ -203,7 +208,7 @@ def _child_main() -> None:
                             durability=cfg["durability"], options=cfg["engine_options"])
     t_open = time.perf_counter() - t0
     strat = cls.recover(store, cfg["snapshot_dir"], cfg["strategy_options"] or None,
-                        durable_log=False)
+                        durable_log=False, notify=_note)
     t_rec = time.perf_counter()
     m = strat.match(probes[0])
     t_first = time.perf_counter()

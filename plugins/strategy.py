@@ -14,7 +14,7 @@ Semantics every strategy keeps (the property tests check them against the
   already indexed keeps the metadata it was first inserted with (the cached
   KVCache block already exists; re-processing it creates no new copy).
 
-Durability (issue 4).  ``snapshot(dir)`` publishes the strategy's in-memory
+Durability.  ``snapshot(dir)`` publishes the strategy's in-memory
 state through the one protocol of :mod:`prefixbench.snapshot`
 (versioned, checksummed, write-temp/fsync/rename/fsync-dir); call it while no
 insert is in flight.  ``Strategy.recover(store, dir, options)`` builds a
@@ -41,13 +41,17 @@ An unusable snapshot (missing, cut, corrupt, other version) raises
 ``rebuild_from_store`` strategies then rebuild from the engine, log keepers
 replay a log that holds every insert since the start, the others fail with
 that one line.
+
+A strategy supplies its state through the hooks ``_snapshot_state``,
+``_restore_state``, ``_catch_up``, ``_rebuild_from_store`` and ``_quiesce``;
+the procedure around them (generations, log replay, fallbacks) lives in
+:mod:`prefixbench.plugins.recovery`, which reports its notes through the
+``notify`` callback rather than printing.
 """
 from __future__ import annotations
 
 import abc
-import os
 import sys
-import time
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -55,6 +59,7 @@ import numpy as np
 
 from prefixbench.engines.base import SegmentStore
 from prefixbench.errors import ConfigError
+from prefixbench.plugins import recovery as _recovery
 
 META_SIZE = 16
 EMPTY_IDS = np.empty(0, dtype=np.uint64)
@@ -125,6 +130,11 @@ def parse_options(owner: str, spec: dict[str, Option], given: dict | None) -> di
         known = ", ".join(sorted(spec)) or "none"
         raise ConfigError(f"option {unknown[0]}: not an option of {owner} (options: {known})")
     return {k: (opt.parse(k, given[k]) if k in given else opt.default) for k, opt in spec.items()}
+
+
+def _note_on_stderr(line: str) -> None:
+    """Where ``recover``'s notes go when the caller passes no ``notify``."""
+    sys.stderr.write(f"prefixbench: {line}\n")
 
 
 class IndexStrategy(abc.ABC):
@@ -203,148 +213,39 @@ class IndexStrategy(abc.ABC):
     def _quiesce(self) -> None:
         """Finish background work so the state to snapshot is complete."""
 
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        # log keepers: the class's own insert, followed in durable mode by the log
+        # append (see prefixbench.plugins.recovery.logged); others run unwrapped
+        if cls.uses_insert_log and "insert" in cls.__dict__:
+            cls.insert = _recovery.logged(cls.__dict__["insert"])
+
     def enable_log(self, directory, sync: bool = True) -> bool:
         """Durable mode for log-keeping strategies: every insert is appended (and
         with ``sync`` fdatasynced) to ``directory``'s insert log before it returns.
         False (nothing to do) for strategies whose store is their durability."""
-        if not self.uses_insert_log:
-            return False
-        from prefixbench.snapshot import InsertLog
-        self._log = InsertLog(directory, self.meta_size, sync)
-        inner = type(self).insert.__get__(self)
-        log = self._log
-
-        def insert(block_ids, metas):
-            inner(block_ids, metas)
-            log.append(block_ids, metas)       # serialised by the log
-        self.insert = insert
-        return True
+        return _recovery.attach_log(self, directory, sync)
 
     def snapshot(self, directory, fault=None) -> dict:
         """Publish this index's state under ``directory``; returns ``{"bytes", "seconds",
         "log_bytes_dropped"}``.  The insert log then keeps only what the previous
         snapshot (the fallback generation) does not cover."""
-        from prefixbench.snapshot import snapshot_log_seq, write_snapshot
-        t0 = time.perf_counter()
-        self._quiesce()
-        # The log position is read BEFORE the state is captured: every insert logged
-        # up to it was applied to memory first (the logged insert applies, then
-        # appends), so the snapshot holds it; inserts running concurrently with the
-        # capture get later sequence numbers and are replayed from the log on
-        # recovery (inserts are idempotent), so none is lost.
-        log_seq = self._log.seq if self._log is not None else None
-        meta, sections = self._snapshot_state()
-        meta = dict(meta, options=self.opts, meta_size=self.meta_size, log_seq=log_seq)
-        nbytes = write_snapshot(directory, self.name, meta, sections, fault=fault)
-        dropped = 0
-        if self._log is not None and os.path.samefile(self._log.directory, directory):
-            prev = snapshot_log_seq(directory, previous=True)
-            if prev:
-                dropped = self._log.truncate_through(prev)
-        return {"bytes": nbytes, "seconds": time.perf_counter() - t0,
-                "log_bytes_dropped": dropped}
+        return _recovery.publish_snapshot(self, directory, fault)
 
     @classmethod
     def recover(cls, store, directory, options: dict | None = None, meta_size: int = META_SIZE,
-                durable_log: bool | None = None, quiet: bool = False) -> "IndexStrategy":
+                durable_log: bool | None = None, quiet: bool = False,
+                notify: _recovery.Notify = None) -> "IndexStrategy":
         """A serving instance from ``directory``'s snapshot plus the store (and the log).
 
         ``durable_log``: keep logging inserts afterwards (default: if a log exists).
-        Timing and provenance are in the returned instance's ``recovery`` dict.
+        ``notify(line)`` receives what recovery fell back to and why; without one,
+        those lines go to stderr unless ``quiet``.  Timing and provenance are in the
+        returned instance's ``recovery`` dict.
         """
-        from prefixbench.snapshot import (LOG_FILE, SnapshotError, log_first_seq,
-                                                  read_log, read_snapshot, snapshot_path)
-        directory = os.fspath(directory)
-        has_log = cls.uses_insert_log and os.path.exists(os.path.join(directory, LOG_FILE))
-        info = {"source": "snapshot", "snapshot_error": None, "load_s": 0.0, "init_s": 0.0,
-                "deserialize_s": 0.0, "rebuild_s": 0.0, "snapshot_bytes": 0, "log_replayed": 0}
-        t0 = time.perf_counter()
-        self = None
-
-        def from_snapshot(previous: bool):
-            t0 = time.perf_counter()
-            snap = read_snapshot(directory, cls.name, previous)
-            info["load_s"] = time.perf_counter() - t0
-            info["snapshot_bytes"] = snap.nbytes
-            m = snap.meta
-            if m.get("meta_size") != meta_size:
-                raise SnapshotError(f"snapshot {snap.path}: meta_size {m.get('meta_size')}, "
-                                    f"recovering with {meta_size}")
-            opts = dict(m.get("options") or {})
-            for k, v in (options or {}).items():
-                if k in cls.layout_options and k in opts and opts[k] != v:
-                    raise SnapshotError(f"snapshot {snap.path}: written with {k}={opts[k]!r}, "
-                                        f"recovering with {k}={v!r}")
-                opts[k] = v
-            ti = time.perf_counter()
-            self = cls(store, opts, meta_size)
-            t1 = time.perf_counter()
-            info["init_s"] = t1 - ti
-            try:
-                self._restore_state(m, snap.sections)
-            except (KeyError, ValueError, TypeError, IndexError) as e:
-                raise SnapshotError(f"snapshot {snap.path}: inconsistent content ({e})") from None
-            del snap
-            t2 = time.perf_counter()
-            info["deserialize_s"] = t2 - t1
-            info.update(self._catch_up(m))
-            if has_log and m.get("log_seq") is not None:
-                info["log_replayed"] = self._replay(read_log(directory, meta_size, m["log_seq"]))
-            info["rebuild_s"] = time.perf_counter() - t2
-            return self
-
-        try:
-            try:
-                self = from_snapshot(previous=False)
-            except SnapshotError as e:
-                if not os.path.exists(snapshot_path(directory, previous=True)):
-                    raise
-                # the generation before it, plus the log after it (kept for this case)
-                info["snapshot_error"] = str(e)
-                self = from_snapshot(previous=True)
-                info["source"] = "previous-snapshot"
-                if not quiet:
-                    print(f"prefixbench: {e}; recovering from the previous snapshot",
-                          file=sys.stderr)
-        except SnapshotError as e:
-            e = info["snapshot_error"] or str(e)    # the newest snapshot's problem first
-            info["snapshot_error"] = e
-            if cls.rebuild_from_store:
-                how = "rebuilding from the store"
-            elif has_log and log_first_seq(directory, meta_size) in (
-                    (0, 1) if not os.path.exists(snapshot_path(directory)) else (1,)):
-                # a log from seq 1 holds every insert; an empty one with no snapshot
-                # ever published means nothing was acknowledged yet
-                how = "replaying the whole insert log"
-            else:
-                raise SnapshotError(f"{e}; {cls.name} cannot rebuild its in-memory index "
-                                    f"without it (no complete insert log)") from None
-            if not quiet:
-                print(f"prefixbench: {e}; {how}", file=sys.stderr)
-            self = cls(store, options, meta_size)
-            t2 = time.perf_counter()
-            if cls.rebuild_from_store:
-                info["source"] = "store-rebuild"
-                info.update(self._rebuild_from_store())
-            else:
-                info["source"] = "log-rebuild"
-                info["log_replayed"] = self._replay(read_log(directory, meta_size, 0))
-            info["rebuild_s"] = time.perf_counter() - t2
-        info["total_s"] = time.perf_counter() - t0
-        if durable_log or (durable_log is None and has_log):
-            self.enable_log(directory)
-        self.recovery = info
-        return self
-
-    def _replay(self, records) -> int:
-        n = 0
-        insert = type(self).insert
-        for _seq, ids, metas, _end in records:
-            if ids is None:
-                continue                    # covered by the snapshot
-            insert(self, ids, metas)
-            n += 1
-        return n
+        if notify is None and not quiet:
+            notify = _note_on_stderr
+        return _recovery.recover(cls, store, directory, options, meta_size, durable_log, notify)
 
     def close(self) -> None:
         if self._log is not None:
