@@ -1,8 +1,13 @@
 """Engine conformance kit: the behaviour every SegmentStore must show.
 
-Plugin authors subclass :class:`EngineConformance` in their own tests and
-override one fixture::
+Fixtures apart from tests, as in fsspec's ``tests/abstract``:
+:class:`EngineFixtures` opens the engine under test, and each mixin checks
+one behaviour (:class:`RoundTripTests`, :class:`ScanTests`,
+:class:`PersistenceTests`, :class:`BadPathTests`, :class:`StatsTests`,
+:class:`ThreadTests`, :class:`KillTests`).  :class:`EngineConformance` is
+all of them.  A plugin author's test file::
 
+    import pytest
     from prefixbench.engines.conformance import EngineConformance
 
     class TestMyEngine(EngineConformance):
@@ -11,8 +16,10 @@ override one fixture::
             return MyStore            # a SegmentStore subclass, or a callable
                                       # (path, **StoreConfig fields) -> store
 
-or ``engine_name`` (returning a registered engine name).  Optional
-fixtures: ``engine_config`` (StoreConfig fields used for every open, JSON
+or, for a registered engine, ``engine_name = "my-engine"`` (a class
+attribute or a fixture), or pick mixins:
+``class TestScans(EngineFixtures, ScanTests)``.  Optional fixtures:
+``engine_config`` (StoreConfig fields used for every open, JSON
 serialisable) and ``engine_spec`` (how the kill -9 child process finds the
 engine: a registry name or ``"module:Class"``; derived automatically for
 registry names and module-level classes).
@@ -38,7 +45,8 @@ from prefixbench.engines.base import MAX_KEY
 from prefixbench.engines.conformance_child import batch_items, open_store, resolve_engine
 from prefixbench.errors import StoreError
 
-__all__ = ["EngineConformance", "open_store", "resolve_engine"]
+__all__ = ["EngineConformance", "EngineFixtures", "RoundTripTests", "ScanTests", "PersistenceTests",
+           "BadPathTests", "StatsTests", "ThreadTests", "KillTests", "open_store", "resolve_engine"]
 
 
 def _value(rng: random.Random, n: int) -> bytes:
@@ -55,15 +63,18 @@ def _read_acks(path) -> list[int]:
     return [int(x) for x in lines[:-1]]     # the last piece is unterminated (or empty)
 
 
-class EngineConformance:
-    """Subclass and override ``engine_factory`` or ``engine_name``."""
+def _setting(test, request, name: str):
+    """A plain class attribute of that name (``engine_name = "lmdb"``), else the fixture."""
+    value = getattr(type(test), name, None)
+    if value is None or isinstance(value, str):
+        return value
+    return request.getfixturevalue(name)
 
-    #: SIGKILLs per durability mode, the seed of their delays, and the delay range (s)
-    kill_rounds = 3
-    kill_seed = 1129
-    kill_delay = (0.02, 0.3)
-    #: seconds a child may take to acknowledge its first batch
-    child_timeout = 60.0
+
+class EngineFixtures:
+    """The fixtures every mixin below uses.  Override ``engine_factory``, or name a
+    registered engine with the ``engine_name`` fixture or a plain class attribute
+    ``engine_name = "my-engine"``; optionally ``engine_config`` and ``engine_spec``."""
 
     # ----- fixtures plugin authors override ---------------------------
     @pytest.fixture
@@ -71,7 +82,8 @@ class EngineConformance:
         return None
 
     @pytest.fixture
-    def engine_factory(self, engine_name):
+    def engine_factory(self, request):
+        engine_name = _setting(self, request, "engine_name")
         if engine_name is None:
             pytest.fail("EngineConformance subclasses override the engine_factory "
                         "or engine_name fixture")
@@ -82,7 +94,8 @@ class EngineConformance:
         return {}
 
     @pytest.fixture
-    def engine_spec(self, engine_name, engine_factory):
+    def engine_spec(self, request, engine_factory):
+        engine_name = _setting(self, request, "engine_name")
         if engine_name:
             return engine_name
         if isinstance(engine_factory, type) and "<locals>" not in engine_factory.__qualname__:
@@ -120,7 +133,10 @@ class EngineConformance:
             pytest.skip("volatile engine: nothing persists")
         return store
 
-    # ----- round trips ------------------------------------------------
+
+class RoundTripTests:
+    """put/get, write batches, missing keys, empty and large values, overwrite, delete."""
+
     def test_put_get_round_trip(self, store):
         store.put(1, b"one")
         store.put(2**40, b"\x00\xff" * 10)
@@ -203,7 +219,10 @@ class EngineConformance:
         store.put(1, b"back")
         assert store.get(1) == b"back"
 
-    # ----- ordered scans ----------------------------------------------
+
+class ScanTests:
+    """Ordered scans: numeric key order over the whole 64-bit range, and bounds."""
+
     EDGE_KEYS = [0, 1, 255, 256, 2**32, 2**63 - 1, 2**63, 2**63 + 1, 2**64 - 2, 2**64 - 1]
 
     def test_scan_is_in_numeric_order(self, store):
@@ -228,7 +247,10 @@ class EngineConformance:
         assert list(store.scan()) == []
         assert list(store.scan(2**63)) == []
 
-    # ----- persistence ------------------------------------------------
+
+class PersistenceTests:
+    """Reopening keeps the data; size on disk grows with it (skipped for volatile engines)."""
+
     def test_reopen_keeps_data(self, open_engine, durable):
         rng = random.Random(6)
         expect = {rng.getrandbits(64): _value(rng, rng.randrange(200)) for _ in range(2000)}
@@ -254,7 +276,10 @@ class EngineConformance:
         logical = 8 * 64 * 8192
         assert durable.size_on_disk() - before >= logical // 2
 
-    # ----- bad paths: one clear line, nothing lost --------------------
+
+class BadPathTests:
+    """A bad path is one clear line naming it, and nothing already there is touched."""
+
     def test_path_that_is_a_file(self, open_engine, durable, tmp_path):
         f = tmp_path / "a-file"
         f.write_bytes(b"precious")
@@ -288,7 +313,10 @@ class EngineConformance:
         assert sorted(os.listdir(d)) == ["notes.txt"]
         assert (d / "notes.txt").read_bytes() == b"keep me"
 
-    # ----- counters ---------------------------------------------------
+
+class StatsTests:
+    """The logical counters ``stats()`` reports, call by call."""
+
     def test_stats_counters(self, store):
         store.reset_stats()
         store.put(1, b"ab")
@@ -307,7 +335,10 @@ class EngineConformance:
                      "bytes_read": 6, "writes": 4, "write_batches": 4, "deletes": 2,
                      "bytes_written": 7, "scans": 1, "syncs": 1}
 
-    # ----- threads ----------------------------------------------------
+
+class ThreadTests:
+    """Concurrent readers and a writer see what single gets see."""
+
     def test_get_many_from_threads_equals_single_gets(self, store):
         """Readers in several threads, one writer on other keys, results match single gets."""
         rng = random.Random(8)
@@ -350,7 +381,17 @@ class EngineConformance:
         w.join()
         assert errors == []
 
-    # ----- kill -9 ----------------------------------------------------
+
+class KillTests:
+    """SIGKILL a writer process; every acknowledged batch must be intact."""
+
+    #: SIGKILLs per durability mode, the seed of their delays, and the delay range (s)
+    kill_rounds = 3
+    kill_seed = 1129
+    kill_delay = (0.02, 0.3)
+    #: seconds a child may take to acknowledge its first batch
+    child_timeout = 60.0
+
     @pytest.mark.parametrize("durability", ["async", "sync"])
     def test_kill9_keeps_acknowledged_batches(self, durability, engine_factory, engine_config,
                                               engine_spec, store_path, tmp_path):
@@ -417,3 +458,8 @@ class EngineConformance:
                 [None] * len(items), f"batch {last + 2} was never written but is present"
         finally:
             store.close()
+
+
+class EngineConformance(EngineFixtures, RoundTripTests, ScanTests, PersistenceTests,
+                        BadPathTests, StatsTests, ThreadTests, KillTests):
+    """The whole kit: subclass and override ``engine_factory`` or ``engine_name``."""

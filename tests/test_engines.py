@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from prefixbench.engines.base import StoreConfig, allocated_bytes
-from prefixbench.engines.conformance import EngineConformance
+from prefixbench.engines.conformance import EngineConformance, EngineFixtures, RoundTripTests
 from prefixbench.engines.lmdb import LmdbStore
 from prefixbench.engines.memory import MemoryStore
 from prefixbench.engines.rocksdb import RocksDBStore
@@ -28,6 +28,12 @@ class TestMemoryByRegistryName(EngineConformance):
     @pytest.fixture
     def engine_name(self):
         return "memory"
+
+
+class TestMemoryByClassAttribute(EngineFixtures, RoundTripTests):
+    """A plain class attribute names the engine too, and one mixin runs on its own."""
+
+    engine_name = "memory"
 
 
 class TestLmdb(EngineConformance):
