@@ -1,0 +1,381 @@
+"""``redis``: the store in a redis-server, through redis-py.
+
+Layout.  A store is a *namespace* on the server: a hash ``pb:NS:v`` (field =
+the key as 8 big-endian bytes, value = the value) and a sorted set
+``pb:NS:k`` of the same 8-byte members, all with score 0, so ``ZRANGEBYLEX``
+walks them in byte order, which is numeric order (scores are doubles and
+cannot hold a u64).  A scan chunk is one Lua script (ZRANGEBYLEX, then HMGET
+of those members), so each chunk is one consistent read.  ``get_many`` is one
+HMGET; a write batch is one ``MULTI/EXEC`` (HSET, ZADD, then HDEL, ZREM), so
+it is atomic for readers and across a crash of the client or the server.
+
+Decisions where the issue is silent:
+
+- The store directory (``StoreConfig.path``) holds ``redis-store.json``: the
+  namespace (random, made on create) and the url.  It is the store's identity:
+  ``create=False`` opens the namespace recorded there, and a directory without
+  it is "no store here", as for the embedded engines.  Two stores on one
+  server never share keys.
+- ``url=`` (``redis://[:PASSWORD@]HOST:PORT/DB`` or ``unix://``) wins; else
+  the url recorded in the directory, else ``$PREFIXBENCH_REDIS_URL``, else
+  ``redis://127.0.0.1:6379/0`` (``prefixbench server redis up``'s default).
+  Error lines show the url with the password replaced by ``***``.
+- Durability is checked against the server at open (``CONFIG GET``):
+  ``sync`` needs ``appendonly yes`` and ``appendfsync always`` (every
+  acknowledged batch is fsynced by the server before it replies, so it
+  survives kill -9 of the server and power loss); ``async`` needs the AOF with
+  ``everysec`` or ``always`` (survives kill -9 of the client: the data is in
+  the server; the server fsyncs within about a second); ``off`` accepts any
+  server.  The engine never changes the server's configuration.
+- ``sync()`` is a round trip that returns once every earlier write is applied;
+  Redis 7.0 has no command to force an AOF fsync (WAITAOF is 7.2), so under
+  ``async`` the server's own once-a-second fsync is the durability point.
+- ``size_on_disk`` is the allocated blocks of the server's RDB file and AOF
+  directory (``CONFIG GET dir``), read where this machine can see them (a
+  server on 127.0.0.1 or a unix socket); for a remote server it is
+  ``aof_current_size`` from INFO.  It counts the whole server, not one
+  namespace.  The AOF is Redis' data, so ``disk_usage`` reports no separate log.
+- ``server_info()`` gives the server-side figures from INFO (memory, keys,
+  AOF size, commands processed) and this namespace's entry count.
+- ``drop()`` deletes the namespace's keys (for temporary stores); closing
+  never deletes anything.
+- ``cache_bytes`` and ``direct_io`` have no meaning for a server (its memory
+  is its own ``maxmemory``); they are accepted and ignored.
+"""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import threading
+from urllib.parse import urlsplit, urlunsplit
+
+from prefixbench.engines.base import (SCAN_CHUNK, SegmentStore, StoreConfig, allocated_bytes,
+                                      check_options, chunked_scan, decode_key, encode_key,
+                                      import_binding, int_option, prepare_store_dir)
+from prefixbench.errors import ConfigError, StoreError
+from prefixbench.hookspecs import hookimpl
+
+MARKER = "redis-store.json"
+DEFAULT_URL = "redis://127.0.0.1:6379/0"
+URL_ENV = "PREFIXBENCH_REDIS_URL"
+INSTALL = "pip install 'prefixbench[redis]' (redis-py >= 5)"
+
+#: one scan chunk: members of [ARGV[1], ARGV[2]) from the sorted set, then their values
+SCAN_LUA = """
+local m = redis.call('ZRANGEBYLEX', KEYS[1], ARGV[1], ARGV[2], 'LIMIT', 0, tonumber(ARGV[3]))
+if #m == 0 then return {{}, {}} end
+return {m, redis.call('HMGET', KEYS[2], unpack(m))}
+"""
+
+#: what each durability mode needs of the server's AOF
+NEEDS = {"sync": ("always",), "async": ("everysec", "always"), "off": None}
+
+
+def redact(url: str) -> str:
+    """``url`` with its password (if any) shown as ``***``."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<malformed url>"
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.hostname or ""
+    netloc = f"{user}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def is_local(url: str) -> bool:
+    parts = urlsplit(url)
+    return parts.scheme == "unix" or parts.hostname in ("127.0.0.1", "localhost", "::1")
+
+
+def server_error(where: str, exc: BaseException, action: str = "") -> StoreError:
+    """One line for what the server or the network said, naming the url (``where``)."""
+    redis = import_binding("redis", "redis", INSTALL)
+    ex = redis.exceptions
+    msg = " ".join(str(exc).split())
+    low = msg.lower()
+    doing = f" ({action})" if action else ""
+    if isinstance(exc, ex.AuthenticationError) or "wrongpass" in low or "invalid password" in low:
+        text = "authentication failed: wrong password or user (AUTH refused)"
+    elif "noauth" in low:
+        text = "the server needs a password: give it in url=redis://:PASSWORD@host:port"
+    elif "oom command not allowed" in low or low.startswith("oom"):
+        text = ("server is out of memory (maxmemory reached, OOM): the batch was not applied; "
+                "raise the server's maxmemory or free memory")
+    elif isinstance(exc, ex.TimeoutError):
+        text = f"no answer in time{doing}: {msg}"
+    elif isinstance(exc, ex.ConnectionError):
+        if "refused" in low or "errno 111" in low:
+            text = "connection refused: is a server running there? (prefixbench server redis up)"
+        else:
+            text = f"connection lost{doing}: {msg}"
+    else:
+        text = f"{msg}{doing}"
+    return StoreError(f"{where}: {text}")
+
+
+def check_aof(where: str, durability: str, appendonly: str, appendfsync: str) -> None:
+    """One line if the server's AOF cannot keep the promise of ``durability``."""
+    needs = NEEDS[durability]
+    if needs is None:
+        return
+    if appendonly != "yes":
+        raise ConfigError(f"{where}: durability={durability} needs the server's AOF, but it "
+                          f"runs without one (appendonly no); start it with "
+                          f"'prefixbench server ... up --appendfsync {needs[0]}' or use "
+                          f"durability=off")
+    if appendfsync not in needs:
+        raise ConfigError(f"{where}: durability={durability} needs appendfsync "
+                          f"{' or '.join(needs)}, the server has appendfsync {appendfsync}")
+
+
+def read_marker(path: str, engine: str) -> dict | None:
+    f = os.path.join(path, MARKER)
+    try:
+        with open(f) as fh:
+            meta = json.load(fh)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        raise StoreError(f"{engine} store {f}: unreadable ({e})") from None
+    if meta.get("engine") != engine or not isinstance(meta.get("namespace"), str):
+        raise StoreError(f"{engine} store {f}: not a {engine} store (engine "
+                         f"{meta.get('engine')!r})")
+    return meta
+
+
+def write_marker(path: str, meta: dict) -> None:
+    f = os.path.join(path, MARKER)
+    tmp = f + ".tmp"
+    with open(tmp, "w") as fh:
+        json.dump(meta, fh, indent=1)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, f)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def open_namespace(config: StoreConfig, engine: str, env: str, default: str):
+    """``(path, url, namespace, new_marker)`` of the store at ``config.path``.
+
+    ``new_marker`` is the marker to write once the server has been reached
+    (None when the store exists); a password is never written to it.
+    """
+    path = prepare_store_dir(config.path, config.create, engine, MARKER)
+    meta = read_marker(path, engine)
+    url = config.options.get("url") or (meta or {}).get("url") or os.environ.get(env) or default
+    if not isinstance(url, str) or urlsplit(url).scheme not in ("redis", "rediss", "unix"):
+        raise ConfigError(f"option url: {redact(str(url))!r} is not a redis:// or unix:// url")
+    if meta is not None:
+        return path, url, meta["namespace"], None
+    recorded = url if urlsplit(url).password is None else None
+    new = {"engine": engine, "namespace": secrets.token_hex(8), "url": recorded}
+    return path, url, new["namespace"], new
+
+
+def pack_commands_and_read(conn, commands, ex) -> list:
+    """Send ``commands`` on one connection in one write; every reply, errors as values."""
+    conn.send_packed_command(conn.pack_commands(commands))
+    replies = []
+    for _ in commands:
+        try:
+            replies.append(conn.read_response())
+        except ex.ResponseError as e:
+            replies.append(e)
+    return replies
+
+
+def transaction_error(replies, ex):
+    """The error that stopped a MULTI/EXEC block: a queueing error, an abort or a failed command."""
+    for r in replies:
+        if isinstance(r, ex.ResponseError) and not isinstance(r, ex.ExecAbortError):
+            return r
+        if isinstance(r, list):
+            for x in r:
+                if isinstance(x, ex.ResponseError):
+                    return x
+    for r in replies:
+        if isinstance(r, ex.ResponseError):
+            return r
+    return None
+
+
+def batch_commands(vkey, zkey, puts, deletes) -> list[tuple]:
+    """HSET/ZADD of the puts (the last put of a key wins), then HDEL/ZREM of the deletes."""
+    cmds = []
+    if puts:
+        last = {}
+        for k, v in puts:
+            last[encode_key(k)] = v
+        flat, zflat = [], []
+        for m, v in last.items():
+            flat += (m, v)
+            zflat += (0, m)
+        cmds += [("HSET", vkey, *flat), ("ZADD", zkey, *zflat)]
+    if deletes:
+        members = list({encode_key(k) for k in deletes})
+        cmds += [("HDEL", vkey, *members), ("ZREM", zkey, *members)]
+    return cmds
+
+
+def lex_bounds(start: int, end: int | None) -> tuple[bytes, bytes]:
+    return b"[" + encode_key(start), b"+" if end is None else b"(" + encode_key(end)
+
+
+def decode_chunk(reply) -> list[tuple[int, bytes]]:
+    members, values = reply
+    return [(decode_key(m), v) for m, v in zip(members, values) if v is not None]
+
+
+def server_files_bytes(config_get, info_get, local: bool) -> int:
+    """Allocated bytes of a server's RDB file and AOF directory (see the module docstring)."""
+    cfg = config_get()
+    d = cfg.get("dir", "")
+    if local and d and os.path.isdir(d):
+        total = allocated_bytes(os.path.join(d, cfg.get("dbfilename", "dump.rdb")))
+        if cfg.get("appenddirname"):
+            total += allocated_bytes(os.path.join(d, cfg["appenddirname"]))
+        return total
+    return int(info_get().get("aof_current_size", 0))
+
+
+class RedisStore(SegmentStore):
+    """A namespace in a redis-server: hash of values + sorted set of 8-byte members."""
+
+    name = "redis"
+    #: redis-py's socket reads release the GIL while they wait for the server
+    gil_free_calls = frozenset({"get", "get_many", "write"})
+
+    def __init__(self, config: StoreConfig):
+        super().__init__(config)
+        opts = check_options(self.name, config.options, {"url", "socket_timeout"})
+        self._timeout = int_option(opts, "socket_timeout", 30, 1)
+        redis = import_binding(self.name, "redis", INSTALL)
+        self._ex = redis.exceptions
+        self.path, self.url, self.namespace, marker = open_namespace(
+            config, self.name, URL_ENV, DEFAULT_URL)
+        self.where = f"redis {redact(self.url)}"
+        self._vkey = f"pb:{self.namespace}:v".encode()
+        self._zkey = f"pb:{self.namespace}:k".encode()
+        try:
+            self._client = redis.Redis.from_url(self.url, socket_timeout=self._timeout,
+                                                socket_connect_timeout=self._timeout,
+                                                health_check_interval=0)
+            self._client.ping()
+            self._check_server()
+        except self._ex.RedisError as e:
+            raise server_error(self.where, e, "opening the store") from None
+        if marker is not None:
+            write_marker(self.path, marker)
+        self._scan_script = self._client.register_script(SCAN_LUA)
+        self._lock = threading.Lock()
+
+    def _check_server(self):
+        try:
+            cfg = self._config_get("appendonly", "appendfsync")
+        except self._ex.ResponseError as e:
+            if NEEDS[self.config.durability] is None:
+                return
+            raise StoreError(f"{self.where}: cannot check durability={self.config.durability} "
+                             f"against the server (CONFIG GET refused: {e}); use durability=off"
+                             ) from None
+        check_aof(self.where, self.config.durability, cfg.get("appendonly", "no"),
+                  cfg.get("appendfsync", "?"))
+
+    def _config_get(self, *names) -> dict:
+        out = {}
+        for name in names:
+            for k, v in self._client.config_get(name).items():
+                out[k.decode() if isinstance(k, bytes) else k] = (
+                    v.decode() if isinstance(v, bytes) else v)
+        return out
+
+    def _call(self, action, fn, *args):
+        try:
+            return fn(*args)
+        except self._ex.RedisError as e:
+            raise server_error(self.where, e, action) from None
+
+    # ----- primitives --------------------------------------------------
+    def _get(self, key):
+        return self._call("get", self._client.hget, self._vkey, encode_key(key))
+
+    def _get_many(self, keys):
+        return self._call("get_many", self._client.hmget, self._vkey,
+                          [encode_key(k) for k in keys])
+
+    def _write(self, puts, deletes):
+        cmds = batch_commands(self._vkey, self._zkey, puts, deletes)
+        if not cmds:
+            return
+        pool = self._client.connection_pool
+        conn = pool.get_connection()
+        try:
+            replies = pack_commands_and_read(conn, [("MULTI",), *cmds, ("EXEC",)], self._ex)
+        except self._ex.RedisError as e:
+            conn.disconnect()
+            raise server_error(self.where, e, "write batch; its outcome is unknown") from None
+        finally:
+            pool.release(conn)
+        err = transaction_error(replies, self._ex)
+        if err is not None:
+            raise server_error(self.where, err, "write batch not applied")
+
+    def _read_chunk(self, lo, end):
+        lo_b, hi_b = lex_bounds(lo, end)
+        reply = self._call("scan", self._scan_script, [self._zkey, self._vkey],
+                           [lo_b, hi_b, SCAN_CHUNK])
+        return decode_chunk(reply)
+
+    def _scan(self, start, end):
+        return chunked_scan(lambda lo: self._read_chunk(lo, end), start, end)
+
+    def _sync(self):
+        self._call("sync", self._client.ping)
+
+    def _size_on_disk(self):
+        return self._call("size_on_disk", server_files_bytes,
+                          lambda: self._config_get("dir", "dbfilename", "appenddirname"),
+                          lambda: self._client.info("persistence"), is_local(self.url))
+
+    def logical_size(self) -> tuple[int, int]:
+        n = self._call("logical_size", self._client.hlen, self._vkey)
+        total = 0
+        for _k, v in self._scan(0, None):
+            total += 8 + len(v)
+        return n, total
+
+    def server_info(self) -> dict:
+        """Server-side figures from INFO, and this namespace's entries (HLEN)."""
+        info = {}
+        for section in ("memory", "persistence", "stats", "keyspace"):
+            info.update(self._call("info", self._client.info, section))
+        keep = ("used_memory", "used_memory_rss", "used_memory_peak", "maxmemory",
+                "aof_enabled", "aof_current_size", "rdb_changes_since_last_save",
+                "total_commands_processed", "keyspace_hits", "keyspace_misses")
+        out = {k: info[k] for k in keep if k in info}
+        out["entries"] = self._call("info", self._client.hlen, self._vkey)
+        return out
+
+    def drop(self) -> None:
+        """Delete this namespace's keys from the server (the directory stays)."""
+        self._call("drop", self._client.unlink, self._vkey, self._zkey)
+
+    def _close(self):
+        try:
+            self._client.close()
+        except Exception:   # pragma: no cover - a dead connection is closed anyway
+            pass
+
+
+@hookimpl
+def prefixbench_register_engines(register):
+    register("redis", RedisStore, "a redis-server (redis-py): hash + sorted set per store, "
+             "MULTI/EXEC batches, durability = AOF appendfsync (url=)")
