@@ -46,7 +46,6 @@ from prefixbench.errors import ConfigError
 from prefixbench.metas import make_metas
 from prefixbench.plugins import placement as P
 from prefixbench.plugins.models import get_model
-from prefixbench.plugins.radix import RadixTree
 
 DEFAULT_BUDGETS = (1, 2, 4, 8, 16, 32, 64)
 DEFAULT_POLICIES = ("dp", "block", "uniform", "geometric", "end", "boundary")
@@ -102,7 +101,8 @@ class Depths:
 
 def collect(workload, limit: int | None = None, progress=None) -> Depths:
     """Replay ``workload`` through the exact oracle and record entries and hits."""
-    tree = RadixTree(16, 1 << 16)
+    from prefixbench.harness.replay import make_oracle
+    tree = make_oracle(16)
     entry_of: dict[int, int] = {}
     entry_len, entry_req = [], []
     hits_e, hits_d, hits_r = [], [], []
@@ -121,7 +121,7 @@ def collect(workload, limit: int | None = None, progress=None) -> Depths:
             hits_e.append(entry_of[inserter])
             hits_d.append(L)
             hits_r.append(r)
-        before = tree.entries
+        before = tree.stats()["entries"]
         tree.insert(iids, make_metas(iids, r))
         # turn boundaries: the deepest earlier turn of the session this one continues
         sess = past.setdefault(req.session, [])
@@ -133,7 +133,7 @@ def collect(workload, limit: int | None = None, progress=None) -> Depths:
         bnds = tuple(sorted(set(base) | {len(mids), len(iids)} - {0}))
         if len(iids):
             sess.append((len(iids), int(iids[-1]), bnds))
-        if tree.entries > before:
+        if tree.stats()["entries"] > before:
             ent = len(entry_len)
             entry_of[r] = ent
             entry_len.append(len(iids))
