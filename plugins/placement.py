@@ -17,7 +17,10 @@ checkpoint: R = E[d], the whole overlap recomputed).  The cost model prices a
 checkpoint at the model's recurrent state bytes and dense attention KV at
 bytes per token (:mod:`prefixbench.plugins.models`).
 
-Policies (one parser, :func:`parse_policy`):
+Policies (one parser, :func:`parse_policy`).  ``dp``, ``block``, ``uniform``
+and ``geometric`` are fixed sets of positions relative to an entry's start
+(over the pooled histogram's span 1..N when fitted to traffic); ``end`` and
+``boundary`` depend on each entry and are compared as they are:
 
 ``dp``
     the exact placement for the given weights (:func:`solve`; O(N*M) layers
@@ -28,7 +31,7 @@ Policies (one parser, :func:`parse_policy`):
     a state every B blocks (B, 2B, ...), the way block-granular hybrid caches
     keep state; its count grows with the entry and ignores the budget.
 ``uniform[:M]``
-    M positions round(k*N/M), k = 1..M, over the entry (M defaults to the budget).
+    M positions round(k*N/M), k = 1..M (M defaults to the budget).
 ``end``
     the state at the end of each cached sequence only.
 ``boundary``
@@ -78,7 +81,7 @@ class Policy:
     @property
     def per_entry(self) -> bool:
         """True when the positions depend on the entry (its length or boundaries)."""
-        return self.kind in ("uniform", "end", "boundary", "geometric")
+        return self.kind in ("end", "boundary")
 
 
 def parse_policy(text, option: str = "policy") -> Policy:
