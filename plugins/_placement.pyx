@@ -3,7 +3,9 @@
 
 ``solve`` runs the dynamic program of :mod:`prefixbench.plugins._placement_ref`
 (same recurrence, same floating-point expression, same tie rule) with each
-layer's row minima found by divide and conquer.  The interval cost
+layer's row minima found by divide and conquer.  A row's candidates are
+``K[a] - a * S0[b]`` with ``K[a] = (E[a] - S1[a]) + a * S0[a]`` (the row's
+``S1[b]`` added to its minimum), so the inner loop reads one array.  The interval cost
 ``cost(a, b) = (S1[b] - S1[a]) - a * (S0[b] - S0[a])`` obeys the quadrangle
 inequality (the difference is ``(a' - a) * sum(w[b..b'-1]) >= 0``), so the
 leftmost minimising ``a`` never moves left as ``b`` grows: a layer costs
@@ -36,28 +38,29 @@ def prefix_sums(weights):
     return s0, s1
 
 
-cdef void _layer(const double* s0, const double* s1, const double* prev, double* cur,
+cdef void _layer(const double* s0, const double* s1, const double* k, double* cur,
                  int32_t* arg, int64_t lo, int64_t hi, int64_t optlo, int64_t opthi) noexcept nogil:
     """Rows ``b`` in [lo, hi] of one layer, their minimising ``a`` known to lie in
-    [optlo, opthi]; the leftmost minimum wins."""
+    [optlo, opthi]; the leftmost minimum of ``k[a] - a * S0[b]`` wins."""
     cdef int64_t mid, a, top, best_a
-    cdef double v, best
+    cdef double v, best, x
     while lo <= hi:
         mid = (lo + hi) >> 1
         top = opthi if opthi < mid - 1 else mid - 1
+        x = s0[mid]
         best_a = optlo
-        best = prev[optlo] + ((s1[mid] - s1[optlo]) - optlo * (s0[mid] - s0[optlo]))
+        best = k[optlo] - optlo * x
         a = optlo + 1
         while a <= top:
-            v = prev[a] + ((s1[mid] - s1[a]) - a * (s0[mid] - s0[a]))
+            v = k[a] - a * x
             if v < best:
                 best = v
                 best_a = a
             a += 1
-        cur[mid] = best
+        cur[mid] = best + s1[mid]
         arg[mid] = <int32_t>best_a
         # the left half recursively, the right half by looping on
-        _layer(s0, s1, prev, cur, arg, lo, mid - 1, optlo, best_a)
+        _layer(s0, s1, k, cur, arg, lo, mid - 1, optlo, best_a)
         lo = mid + 1
         optlo = best_a
 
@@ -78,16 +81,19 @@ def solve(weights, budget):
     prev_arr = np.array(s1_arr, dtype=np.float64)     # E_0(b) = cost(0, b) = S1[b]
     cur_arr = np.zeros(n1 + 1, dtype=np.float64)
     arg_arr = np.zeros((max(m, 1), n1 + 1), dtype=np.int32)
-    cdef double[::1] prev = prev_arr, cur = cur_arr
+    k_arr = np.zeros(n1 + 1, dtype=np.float64)
+    cdef double[::1] prev = prev_arr, cur = cur_arr, kk = k_arr
     cdef int32_t[:, ::1] arg = arg_arr
-    cdef int64_t j
+    cdef int64_t j, a0
     cdef double* tmp
     cdef double* p = &prev[0]
     cdef double* c = &cur[0]
     with nogil:
         for j in range(m):
+            for a0 in range(n1 + 1):
+                kk[a0] = (p[a0] - s1[a0]) + a0 * s0[a0]
             c[0] = 0.0
-            _layer(&s0[0], &s1[0], p, c, &arg[j, 0], 1, n1, 0, n1 - 1)
+            _layer(&s0[0], &s1[0], &kk[0], c, &arg[j, 0], 1, n1, 0, n1 - 1)
             tmp = p
             p = c
             c = tmp

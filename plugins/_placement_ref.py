@@ -14,6 +14,9 @@ serves depths ``a..b-1`` when the next one is at ``b``)::
     E_0(b) = cost(0, b)
     E_j(b) = min over a in [0, b-1] of E_{j-1}(a) + cost(a, b)     (E_{j-1}(0) = 0)
 
+A row is evaluated as ``min_a (K[a] - a * S0[b]) + S1[b]`` with
+``K[a] = (E_{j-1}(a) - S1[a]) + a * S0[a]`` (the same value, one array read
+per candidate; the compiled twin evaluates exactly these expressions).
 ``E_M(N + 1)`` is the least total recompute with at most M checkpoints; ``a = 0``
 stands for "no further checkpoint".  Ties take the smallest ``a`` (the shallower
 position), so a checkpoint that saves nothing is never placed.
@@ -46,13 +49,15 @@ def solve(weights, budget: int) -> tuple[np.ndarray, float]:
     for _j in range(m):
         cur = [0.0] * (n1 + 1)
         row = [0] * (n1 + 1)
+        k = [(prev[a] - s1[a]) + a * s0[a] for a in range(n1 + 1)]
         for b in range(1, n1 + 1):
+            x = s0[b]
             best, best_a = None, 0
             for a in range(b):
-                v = (prev[a] if a else 0.0) + ((s1[b] - s1[a]) - a * (s0[b] - s0[a]))
+                v = k[a] - a * x
                 if best is None or v < best:
                     best, best_a = v, a
-            cur[b], row[b] = best, best_a
+            cur[b], row[b] = best + s1[b], best_a
         arg.append(row)
         prev = cur
     total = prev[n1]

@@ -54,11 +54,9 @@ import numpy as np
 
 from prefixbench import twins
 from prefixbench.errors import ConfigError
-from prefixbench.plugins import _placement_ref
 
-_compiled = twins.compiled("prefixbench.plugins._placement")
 #: the solver and checkpoint set in use: compiled, or the reference with PREFIXBENCH_PURE=1
-impl = _compiled if _compiled is not None else _placement_ref
+impl = twins.load("prefixbench.plugins._placement")
 CheckpointSet = impl.CheckpointSet
 
 __all__ = ["POLICIES", "Placement", "Policy", "CheckpointSet", "check_budget", "check_weights",
