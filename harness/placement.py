@@ -182,7 +182,7 @@ class Frontier:
     dense_ckpt: float = 0.0
 
 
-def _block_sizes(depths: Depths, budgets) -> list[int]:
+def _block_sizes(depths: Depths) -> list[int]:
     """B values for ``block``: powers of two from 1 up to the longest entry."""
     top = int(depths.entry_len.max(initial=1))
     out, b = [], 1
@@ -233,7 +233,7 @@ def frontier(depths: Depths, budgets=DEFAULT_BUDGETS, policies=DEFAULT_POLICIES,
     for pol in pols:
         k = pol.kind
         if k == "block":
-            for b in ([pol.param] if pol.param else _block_sizes(depths, budgets)):
+            for b in ([pol.param] if pol.param else _block_sizes(depths)):
                 pos = np.arange(b, span, b)
                 add(f"block:{b}", None, (n_e // b).mean(), P.resume_points(hdi, pos),
                     in_span(pos))

@@ -76,11 +76,6 @@ class Policy:
     def text(self) -> str:
         return self.kind if self.param is None else f"{self.kind}:{self.param}"
 
-    @property
-    def per_entry(self) -> bool:
-        """True when the positions depend on the entry (its length or boundaries)."""
-        return self.kind in ("end", "boundary")
-
 
 def parse_policy(text, option: str = "policy") -> Policy:
     """``"block:16"`` -> ``Policy("block", 16)``; one line naming ``option`` otherwise."""
@@ -246,14 +241,4 @@ def policy_positions(policy: Policy, n: int, budget: int | None = None, weights=
 def budget_from_bytes(budget_bytes: int, state_bytes: int) -> int:
     """Checkpoints per entry that fit ``budget_bytes`` at ``state_bytes`` each."""
     return int(budget_bytes // max(1, int(state_bytes)))
-
-
-def geometric_count(n: np.ndarray, m: int) -> np.ndarray:
-    """Distinct ceil(n / 2^k), k < m, for each entry length (vectorised)."""
-    n = np.asarray(n, dtype=np.int64)
-    if m <= 0:
-        return np.zeros(len(n), dtype=np.int64)
-    vals = np.ceil(n[:, None] / 2.0 ** np.arange(m)[None, :])
-    distinct = 1 + (np.diff(vals, axis=1) != 0).sum(axis=1)
-    return np.where(n >= 1, distinct, 0)
 

@@ -221,6 +221,15 @@ def test_frontier_offline_dp_is_never_worse_than_a_fixed_heuristic_within_budget
     assert on.hits_fit + on.hits_eval == len(d.hit_depth)
 
 
+def test_a_workload_without_hits_is_one_line():
+    one = SessionWorkload([Session([Turn(_toks(1, 64), _toks(2, 16))])], block_size=16,
+                          name="lonely")
+    d = H.collect(one)
+    assert d.requests == 1 and len(d.hit_depth) == 0 and d.entry_len.tolist() == [5]
+    with pytest.raises(ConfigError, match="workload lonely: no request of the replay hits"):
+        H.frontier(d, (1,))
+
+
 def test_bench_reports_ratios():
     rows = H.bench(ns=(200, 400), ms=(3,), repeats=1)
     assert [r["n"] for r in rows] == [200, 400] and rows[0]["ratio"] is None
