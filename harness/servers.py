@@ -383,27 +383,41 @@ def create_cluster(server: Server) -> None:
     wait_cluster_ok(server)
 
 
-def _cluster_info(port: int, password: str | None) -> dict:
+def _bulk(port: int, password: str | None, command: bytes) -> str:
+    """The bulk-string reply of ``command`` (INFO, CLUSTER INFO, CLUSTER NODES), '' on failure."""
     try:
         with socket.create_connection((HOST, port), timeout=2.0) as s:
+            f = s.makefile("rb")
             if password:
                 s.sendall(b"AUTH %s\r\n" % password.encode())
-                s.recv(256)
-            s.sendall(b"CLUSTER INFO\r\n")
-            data = b""
-            while not data.endswith(b"\r\n") or data.count(b"\r\n") < 2:
-                chunk = s.recv(65536)
-                if not chunk:
-                    break
-                data += chunk
-    except OSError:
-        return {}
+                f.readline()
+            s.sendall(command + b"\r\n")
+            head = f.readline()
+            if not head.startswith(b"$"):
+                return ""
+            return f.read(int(head[1:])).decode(errors="replace")
+    except (OSError, ValueError):
+        return ""
+
+
+def _fields(text: str) -> dict:
     info = {}
-    for line in data.decode(errors="replace").splitlines()[1:]:
+    for line in text.splitlines():
         if ":" in line:
             k, _, v = line.partition(":")
             info[k] = v.strip()
     return info
+
+
+def _cluster_info(port: int, password: str | None) -> dict:
+    return _fields(_bulk(port, password, b"CLUSTER INFO"))
+
+
+def _replicas_seen(port: int, password: str | None) -> int:
+    """Replicas (attached to a master) in a node's view of the cluster."""
+    lines = _bulk(port, password, b"CLUSTER NODES").splitlines()
+    return sum(1 for ln in lines if " slave " in f" {ln.split(' ')[2].replace(',', ' ')} "
+               and ln.split(" ")[3] != "-" and "fail" not in ln.split(" ")[2])
 
 
 def wait_cluster_ok(server: Server, timeout: float = 60.0) -> None:
@@ -414,7 +428,13 @@ def wait_cluster_ok(server: Server, timeout: float = 60.0) -> None:
                  for n, a in zip(server.nodes, server.alive()) if a]
         if infos and all(i.get("cluster_state") == "ok"
                          and i.get("cluster_slots_ok") == str(CLUSTER_SLOTS) for i in infos):
-            return
+            want = server.masters * server.replicas
+            links = [_fields(_bulk(n.port, server.password, b"INFO replication"))
+                     for n, a in zip(server.nodes, server.alive()) if a]
+            if not want or (all(_replicas_seen(n.port, server.password) >= want
+                                for n, a in zip(server.nodes, server.alive()) if a)
+                            and all(i.get("master_link_status", "up") == "up" for i in links)):
+                return
         if time.monotonic() > deadline:
             bad = next((i for i in infos if i.get("cluster_state") != "ok"), {})
             raise StoreError(f"cluster at {server.url}: not ok after {timeout:.0f} s "
