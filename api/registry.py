@@ -38,6 +38,8 @@ BUILTIN_PLUGINS = (
     "prefixbench.engines.rocksdb",
     "prefixbench.engines.wiredtiger",
     "prefixbench.engines.packfile",
+    "prefixbench.engines.redis",
+    "prefixbench.engines.redis_cluster",
     "prefixbench.workloads.synthetic",
     "prefixbench.workloads.placement_profiles",
     "prefixbench.workloads.mooncake",

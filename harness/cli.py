@@ -328,6 +328,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("-o", "--output", help="pyperf suite of every policy, budget and figure")
     d = psub.add_parser("bench", help="solver time over N in 12.5k..100k, M in 8, 64")
     d.add_argument("--repeats", type=int, default=5, help="best of (default: %(default)s)")
+    from prefixbench.harness import servers
+    servers.add_parser(sub, COMMANDS)
     return parser
 
 
