@@ -187,7 +187,12 @@ class _Pack:
 
 
 class PackfileStore(SegmentStore):
-    """Raw O_DIRECT pack files with a checksummed index log and checkpoints."""
+    """Raw O_DIRECT pack files with a checksummed index log and checkpoints.
+
+    Public attributes once open: ``path`` (the store directory), ``block`` (the
+    I/O alignment in bytes), ``pack_bytes``, ``uuid`` (16 bytes naming this
+    store, fixed at creation) and ``direct`` (False only under ``allow_buffered``).
+    """
 
     name = "packfile"
     volatile = False
