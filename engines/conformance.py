@@ -63,12 +63,13 @@ def _read_acks(path) -> list[int]:
     return [int(x) for x in lines[:-1]]     # the last piece is unterminated (or empty)
 
 
-def _setting(test, request, name: str):
-    """A plain class attribute of that name (``engine_name = "lmdb"``), else the fixture."""
-    value = getattr(type(test), name, None)
-    if value is None or isinstance(value, str):
-        return value
-    return request.getfixturevalue(name)
+def _names_as_fixtures(cls, names) -> None:
+    """Turn plain class attributes (``engine_name = "lmdb"``) into fixtures returning
+    them, so the fixtures that depend on them (and parametrised overrides) just work."""
+    for name in names:
+        value = cls.__dict__.get(name)
+        if isinstance(value, str):
+            setattr(cls, name, pytest.fixture(name=name)(lambda self, _v=value: _v))
 
 
 class EngineFixtures:
@@ -76,14 +77,17 @@ class EngineFixtures:
     registered engine with the ``engine_name`` fixture or a plain class attribute
     ``engine_name = "my-engine"``; optionally ``engine_config`` and ``engine_spec``."""
 
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        _names_as_fixtures(cls, ("engine_name",))
+
     # ----- fixtures plugin authors override ---------------------------
     @pytest.fixture
     def engine_name(self):
         return None
 
     @pytest.fixture
-    def engine_factory(self, request):
-        engine_name = _setting(self, request, "engine_name")
+    def engine_factory(self, engine_name):
         if engine_name is None:
             pytest.fail("EngineConformance subclasses override the engine_factory "
                         "or engine_name fixture")
@@ -94,8 +98,7 @@ class EngineFixtures:
         return {}
 
     @pytest.fixture
-    def engine_spec(self, request, engine_factory):
-        engine_name = _setting(self, request, "engine_name")
+    def engine_spec(self, engine_name, engine_factory):
         if engine_name:
             return engine_name
         if isinstance(engine_factory, type) and "<locals>" not in engine_factory.__qualname__:
