@@ -118,3 +118,72 @@ def test_sarp_python_directory_round_trip(tmp_path):
         return entries, sorted(zip(d["keys"][d["entry"]].tolist(), d["filters"].tolist(),
                                    d["segs"].tolist()))
     assert content(r.dir.dump()) == content(s.dir.dump())
+
+
+# ----------------------------------------------------------------------------- the driver
+def _seqs(n=30):
+    from prefixbench.plugins.conformance import branching_sequences
+    return branching_sequences(7, n)
+
+
+def test_recover_notes_go_to_the_callback_not_stderr(tmp_path, capsys):
+    """A corrupt newest snapshot: recovery falls back to the previous one and says so
+    through ``notify`` (one line), printing nothing itself; without a callback the
+    contract's default writes that line to stderr."""
+    from prefixbench.metas import make_metas
+    from prefixbench.plugins.radix import RadixStrategy
+    from prefixbench.snapshot import snapshot_path
+    s = RadixStrategy()
+    s.enable_log(tmp_path)
+    for i, q in enumerate(_seqs()):
+        s.insert(q, make_metas(q, i))
+        if i in (9, 19):
+            s.snapshot(tmp_path)
+    path = snapshot_path(tmp_path)
+    data = bytearray(open(path, "rb").read())
+    data[len(data) // 2] ^= 0xFF
+    open(path, "wb").write(bytes(data))
+    notes = []
+    r = RadixStrategy.recover(None, tmp_path, durable_log=False, notify=notes.append)
+    assert r.recovery["source"] == "previous-snapshot" and r.recovery["log_replayed"] == 20
+    assert len(notes) == 1 and "previous snapshot" in notes[0] and "\n" not in notes[0]
+    assert capsys.readouterr().err == ""
+    RadixStrategy.recover(None, tmp_path, durable_log=False)
+    err = capsys.readouterr().err
+    assert err.startswith("prefixbench: ") and "previous snapshot" in err
+    RadixStrategy.recover(None, tmp_path, durable_log=False, quiet=True)
+    assert capsys.readouterr().err == ""
+
+
+def test_durable_mode_leaves_the_instance_alone_and_logs_each_insert_once(tmp_path):
+    """enable_log attaches a log, it does not replace ``insert`` on the instance; a
+    subclass whose insert calls ``super().insert`` still logs one record per insert;
+    strategies whose store is their durability run their own insert unwrapped."""
+    from prefixbench.metas import make_metas
+    from prefixbench.plugins.blockhash import SsdBlockHashStrategy
+    from prefixbench.plugins.radix import RadixStrategy
+    from prefixbench.snapshot import read_log
+
+    class Counting(RadixStrategy):
+        calls = 0
+
+        def insert(self, block_ids, metas):
+            type(self).calls += 1
+            super().insert(block_ids, metas)
+
+    s = Counting()
+    assert s.enable_log(tmp_path) is True and "insert" not in vars(s)
+    seqs = _seqs(5)
+    for i, q in enumerate(seqs):
+        s.insert(q, make_metas(q, i))
+    s.close()
+    assert Counting.calls == 5
+    assert [seq for seq, *_ in read_log(tmp_path, 16)] == [1, 2, 3, 4, 5]
+    assert not hasattr(SsdBlockHashStrategy.insert, "__wrapped__")
+    assert SsdBlockHashStrategy(_memory_store()).enable_log(tmp_path) is False
+
+
+def _memory_store():
+    from prefixbench.engines.base import StoreConfig
+    from prefixbench.engines.memory import MemoryStore
+    return MemoryStore(StoreConfig())
