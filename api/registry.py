@@ -32,6 +32,7 @@ BUILTIN_PLUGINS = (
     "prefixbench.plugins.segment_hash",
     "prefixbench.plugins.segment_radix",
     "prefixbench.plugins.sarp",
+    "prefixbench.plugins.redis_blockhash",
     "prefixbench.plugins.sparse_state",
     "prefixbench.engines.memory",
     "prefixbench.engines.lmdb",

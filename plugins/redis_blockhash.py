@@ -1,0 +1,171 @@
+"""``redis-blockhash``: dram-blockhash whose durable state is the store (FlexKV style).
+
+The paper's snapshot-backed in-memory baseline (SARP Table 1): matches are
+served from the same compiled in-memory table as ``dram-blockhash`` (one
+entry per block, probed from the first block until a miss, no store read),
+and every insert is uploaded to the engine, one entry per new block (key =
+block id, value = its metadata: the layout ``ssd-blockhash`` reads), the way
+FlexKV uploads its index to Redis.  It is meant for ``-e redis`` or
+``-e redis-cluster``, where the server's RDB/AOF is the snapshot, and runs
+on any engine.
+
+Recovery is reconnecting to the store (the caller opens it; for Redis that
+is the restarted server having reloaded its RDB/AOF) and rebuilding the
+table from one ordered scan of it, in bulk inserts of ``rebuild_chunk``
+entries.  Its snapshot holds only a marker (the entry count): the store is
+the state, so a missing or corrupt snapshot is the same rebuild.
+
+Decisions where the issue is silent:
+
+- An insert writes the store first and the table after it, under one
+  insert lock: a block is served only once the store acknowledged it, so
+  everything a match returned before a crash comes back after it.  Which
+  blocks are new comes from the table (``lookup``), so an already indexed
+  block keeps its first metadata and is never rewritten.
+- The store holds nothing else: the rebuild reads every entry of it, and an
+  entry whose value is not ``meta_size`` bytes is one error naming the key.
+- ``insert_known_prefix`` writes blocks ``known..n`` without looking them up
+  (the bulk builds vouch for the rest), as ``ssd-blockhash`` does.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from prefixbench import phases as _phases
+from prefixbench import twins
+from prefixbench.errors import ConfigError, StoreError
+from prefixbench.hookspecs import hookimpl
+from prefixbench.phases import ENCODE, ROUTING
+from prefixbench.plugins.strategy import META_SIZE, IndexStrategy, Match, Option, as_block_ids, as_metas
+
+_blockhash = twins.load("prefixbench.plugins._blockhash")
+
+__all__ = ["RedisBlockHashStrategy"]
+
+
+class RedisBlockHashStrategy(IndexStrategy):
+    """In-memory block table, every insert uploaded to the store; recovery = scan rebuild."""
+
+    name = "redis-blockhash"
+    needs_store = True
+    exact = True
+    gil_free_parts = ("table probe (match)", "table insert")
+    options = {
+        "initial_capacity": Option(1024, "entries that fit before the first rehash", min=0,
+                                   max=1 << 40),
+        "max_load": Option(0.75, "fill fraction that triggers a doubling rehash", min=0.05,
+                           max=0.95),
+        "rebuild_chunk": Option(65536, "entries per bulk table insert while rebuilding "
+                                "from the store scan", min=1, max=1 << 24),
+    }
+    rebuild_from_store = True
+
+    def __init__(self, store=None, options=None, meta_size: int = META_SIZE):
+        super().__init__(store, options, meta_size)
+        if not isinstance(meta_size, int) or meta_size < 1:
+            raise ConfigError(f"option meta_size: {meta_size!r} must be an integer >= 1")
+        self._table = _blockhash.BlockHashTable(meta_size, self.opts["initial_capacity"],
+                                                self.opts["max_load"])
+        self._insert_lock = _phases.TimedLock()
+        self._uploaded = 0
+
+    def match(self, block_ids: np.ndarray) -> Match:
+        return _phases.timed_call(ROUTING, self._table.match, block_ids)
+
+    def insert(self, block_ids: np.ndarray, metas: np.ndarray) -> None:
+        ids = as_block_ids(block_ids)
+        m = as_metas(metas, len(ids), self.meta_size)
+        if not len(ids):
+            return
+        with self._insert_lock:
+            found, _ = _phases.timed_call(ROUTING, self._table.lookup, ids)
+            new = np.flatnonzero(~found)
+            if len(new):
+                self._upload(ids, m, new)
+
+    def insert_known_prefix(self, block_ids, metas, known: int) -> None:
+        ids = as_block_ids(block_ids)
+        m = as_metas(metas, len(ids), self.meta_size)
+        if not 0 <= known <= len(ids):
+            raise ValueError(f"known={known} outside 0..{len(ids)}")
+        if known == len(ids):
+            return
+        with self._insert_lock:
+            self._upload(ids, m, np.arange(known, len(ids)))
+
+    def _upload(self, ids: np.ndarray, metas: np.ndarray, positions: np.ndarray) -> None:
+        """Store the blocks at ``positions`` (first occurrence of each id), then index them."""
+        on = _phases._ON
+        if on:
+            _phases.enter(ENCODE)
+        try:
+            sel_ids = ids[positions]
+            _, first = np.unique(sel_ids, return_index=True)
+            first.sort()
+            keep = positions[first]
+            raw = metas[keep]
+            puts = list(zip(ids[keep].tolist(), (r.tobytes() for r in raw)))
+        finally:
+            if on:
+                _phases.leave()
+        self.store.write_items(puts)
+        _phases.timed_call(ROUTING, self._table.insert, ids[keep], raw)
+        self._uploaded += len(puts)
+
+    # ----- durability: the store is the state ---------------------------------
+    def _snapshot_state(self):
+        return {"entries": len(self._table)}, {}
+
+    def _restore_state(self, meta, sections):
+        pass
+
+    def _catch_up(self, meta):
+        return self._rebuild_from_store()
+
+    def _rebuild_from_store(self) -> dict:
+        """Every store entry into the table: one ordered scan, bulk inserts."""
+        ms, chunk = self.meta_size, self.opts["rebuild_chunk"]
+        keys: list[int] = []
+        vals: list[bytes] = []
+        total = 0
+
+        def flush():
+            nonlocal total
+            buf = b"".join(vals)
+            if len(buf) != len(vals) * ms:
+                bad = next(j for j, v in enumerate(vals) if len(v) != ms)
+                raise StoreError(f"redis-blockhash: the value of block {keys[bad]:#x} in store "
+                                 f"{self.store.name!r} has {len(vals[bad])} bytes, expected "
+                                 f"{ms}")
+            self._table.insert(np.array(keys, dtype=np.uint64),
+                               np.frombuffer(buf, dtype=np.uint8).reshape(len(vals), ms))
+            total += len(vals)
+            keys.clear()
+            vals.clear()
+
+        for k, v in self.store.scan():
+            keys.append(k)
+            vals.append(v)
+            if len(keys) >= chunk:
+                flush()
+        if keys:
+            flush()
+        return {"entries_rebuilt": total}
+
+    def stats(self) -> dict:
+        t = self._table
+        c = t.counters()
+        m = c["matches"]
+        return {
+            "entries": len(t), "memory_bytes": t.nbytes, "capacity": t.capacity,
+            "matches": m, "probes_per_match": c["lookups"] / m if m else 0.0,
+            "store_reads_per_match": 0.0, "stored_block_entries": len(t),
+            "uploaded_entries": self._uploaded,
+        }
+
+
+@hookimpl
+def prefixbench_register_strategies(register):
+    register("redis-blockhash", RedisBlockHashStrategy, "dram-blockhash whose durable state "
+             "is the store (FlexKV uploads its index to Redis): recovery = reconnect + scan "
+             "rebuild")
