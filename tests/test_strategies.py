@@ -478,21 +478,8 @@ def test_concurrent_inserts_and_matches_stay_consistent(cls):
 
 
 # ----------------------------------------------------------------------------- options and plugins
-@pytest.mark.parametrize("cls, options", [
-    (RadixStrategy, {"initial_blocks": 0}),
-    (RadixStrategy, {"initial_blocks": "many"}),
-    (RadixStrategy, {"nope": 1}),
-    (DramBlockHashStrategy, {"max_load": 1.5}),
-    (DramBlockHashStrategy, {"max_load": 0}),
-    (DramBlockHashStrategy, {"initial_capacity": -1}),
-    (SsdBlockHashStrategy, {"probe": "random"}),
-    (SsdBlockHashStrategy, {"batch_start": 0}),
-])
-def test_bad_options_raise_config_error(cls, options):
-    with pytest.raises(ConfigError, match="option"):
-        cls(MemoryStore(), options)
-
-
+# every declared option's bad values (type, range, choices) and unknown names are
+# checked on every built-in by the strategy kit (tests/test_kits.py)
 def test_bad_meta_size_and_missing_store_raise_config_error():
     with pytest.raises(ConfigError, match="meta_size"):
         RadixStrategy(meta_size=0)
