@@ -326,6 +326,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--model", default="positions", help="cost preset: positions, nemotron-h-8b, "
                    "qwen3-next-80b (default: %(default)s)")
     d.add_argument("-o", "--output", help="pyperf suite of every policy, budget and figure")
+    d.add_argument("--save-depths", metavar="FILE.json", help="write the fitted hits: the "
+                   "pooled weights (a depths file for 'solve') and each hit entry's histogram")
     d = psub.add_parser("bench", help="solver time over N in 12.5k..100k, M in 8, 64")
     d.add_argument("--repeats", type=int, default=5, help="best of (default: %(default)s)")
     from prefixbench.harness import servers

@@ -515,6 +515,23 @@ def read_depths(path: str) -> np.ndarray:
     return P.check_weights(ws, f"--depths {path}: field weights")
 
 
+def save_depths(depths: Depths, split: str, path: str) -> None:
+    """The fitted hits as JSON: ``weights`` (pooled, a depths file for ``placement
+    solve``) and ``entries`` (each hit entry's length and histogram as {depth: hits})."""
+    import json
+    fit, _ = depths.split(split)
+    entries = [{"entry": e, "length": int(depths.entry_len[e]),
+                "hits": {str(int(d)): int(w[d]) for d in np.flatnonzero(w)}}
+               for e, w in sorted(depths.entry_histograms(fit).items())]
+    doc = {"workload": depths.workload, "block_size": depths.block_size, "split": split,
+           "weights": [int(x) for x in depths.pooled(fit)], "entries": entries}
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(doc, f)
+    except OSError as e:
+        raise ConfigError(f"option --save-depths: {path}: {e.strerror or e}") from None
+
+
 def cli(args, quiet: bool) -> int:
     """``prefixbench placement solve|frontier|bench``."""
     import json
@@ -557,6 +574,8 @@ def cli(args, quiet: bool) -> int:
             dep = collect(wl, args.limit, progress=bar.update)
         fr = frontier(dep, budgets, policies, args.split, args.model)
         print(format_frontier(fr, budgets))
+        if args.save_depths:
+            save_depths(dep, args.split, args.save_depths)
         if args.output:
             from prefixbench.harness.pyperf_io import run_metadata, write_suite
             md = run_metadata("placement", None, args.workload,

@@ -334,6 +334,22 @@ def test_cli_frontier_writes_pyperf_suites(run_cli, tmp_path):
     assert md["workload"] == "system-prompts"
 
 
+def test_cli_frontier_saves_depths_that_solve_reads(run_cli, tmp_path):
+    f = tmp_path / "depths.json"
+    code, _, err = run_cli("-q", "placement", "frontier", "-w", "document-qa", "-W",
+                           "sessions=20", "--budgets", "2", "--save-depths", f)
+    assert code == 0, err
+    doc = json.loads(f.read_text())
+    assert doc["workload"] == "document-qa" and doc["split"] == "offline"
+    assert sum(doc["weights"]) == sum(sum(e["hits"].values()) for e in doc["entries"])
+    code, out, err = run_cli("placement", "solve", "--depths", f, "--budget", "2", "--json")
+    assert code == 0, err
+    assert len(json.loads(out)["positions"]) <= 2
+    code, _, err = run_cli("-q", "placement", "frontier", "-w", "document-qa", "-W",
+                           "sessions=5", "--save-depths", tmp_path / "no" / "d.json")
+    one_line_error(code, err, "--save-depths")
+
+
 def test_cli_bench_prints_the_table(run_cli, monkeypatch):
     monkeypatch.setattr(H, "BENCH_N", (100, 200))
     monkeypatch.setattr(H, "BENCH_M", (2,))
