@@ -163,11 +163,10 @@ class StrategyFixtures:
 
     @pytest.fixture
     def strategy_factory(self, strategy_name):
-        name = strategy_name
-        if name is None:
+        if strategy_name is None:
             pytest.fail("StrategyFixtures subclasses set strategy_name or override the "
                         "strategy_factory fixture")
-        return get_registry().get("strategy", name).factory
+        return get_registry().get("strategy", strategy_name).factory
 
     @pytest.fixture
     def strategy_options(self):
