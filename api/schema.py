@@ -1,0 +1,439 @@
+"""The result schema: every figure prefixbench writes, defined once.
+
+A *figure* is one measured quantity: its schema name, its unit, its kind (what
+it is about: latency, hit rate, space, recovery, ...), which direction is
+better, and what it means.  Writers emit figures as pyperf benchmarks; readers
+(``prefixbench.reports``) find them again through this module and nothing else.
+
+Names
+    A figure's schema name is the pyperf benchmark name the harness writes
+    (``match-latency-mean``, ``store-bytes``, ``recovery-index``).  Sweeps
+    prefix it with the setting, runs above one thread with ``threads-N-``
+    (``sarp-threads-2-match-latency-mean``); :func:`parse_name` strips both,
+    using the ``setting`` and ``threads`` metadata.  Families with a variable
+    part are patterns (``index-<counter>``, ``match-time-<phase>``,
+    ``restore-<path>-<point>``).  Figures that today live only in the
+    metadata or the CSV row get a schema name too, and :data:`FIGURES` records
+    each place they are written today (``throughput_rps`` in the metadata,
+    ``ops_per_s`` in the CSV and the reciprocal of ``replay-time-per-request``
+    are all ``request-throughput``), so suites written before the schema read
+    the same as new ones.
+
+Units
+    ``seconds``, ``count``, ``bytes``, ``ratio`` (a plain number, 1 = equal),
+    ``ppm`` (parts per million), ``per-second``, ``flag`` (0 or 1).  pyperf
+    knows only ``second``, ``byte`` and ``integer``: :data:`PYPERF_UNIT`.
+
+Version
+    Every benchmark written through the schema carries the metadata
+    ``prefixbench_schema`` = :data:`SCHEMA_VERSION`.  A suite without it is
+    version 0 (written before the schema) and is read through the mappings
+    above.  A version above :data:`SCHEMA_VERSION` is refused with one line.
+
+Zeros
+    pyperf refuses a value of 0, so a figure whose value is 0 (no false hits,
+    no loss) has no benchmark.  Writers list such figures, by full benchmark
+    name, space-separated, in the metadata key ``zero_figures`` of the
+    benchmarks they do write (:func:`zero_metadata`); readers give each listed
+    name one value 0 per run repeat that lists it.  Metadata figures
+    (``false_hits``, ``hit_rate_loss``) carry their zeros themselves.
+
+Repeats
+    A figure made from repeated runs keeps every run's value; :class:`Reading`
+    gives the median with the min-max.
+
+This module is pure: it reads any object shaped like a loaded
+``pyperf.BenchmarkSuite`` (``get_benchmarks()``; each benchmark
+``get_name()``, ``get_runs()``; each run ``values``, ``get_metadata()``) and
+imports nothing of the harness.
+"""
+from __future__ import annotations
+
+import re
+import statistics
+from dataclasses import dataclass, field
+
+from prefixbench.errors import PrefixbenchError
+
+#: version written by this prefixbench; readers accept 0 (no key) through this
+SCHEMA_VERSION = 1
+#: metadata key carrying the schema version
+VERSION_KEY = "prefixbench_schema"
+#: metadata key listing benchmarks whose value was 0 (space-separated full names)
+ZEROS_KEY = "zero_figures"
+
+#: schema unit -> pyperf unit
+PYPERF_UNIT = {"seconds": "second", "bytes": "byte", "count": "integer", "ratio": "integer",
+               "ppm": "integer", "per-second": "integer", "flag": "integer"}
+
+
+class SchemaError(PrefixbenchError):
+    """A result file the schema cannot read (other tool, unknown version, bad figure)."""
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One figure: schema name (or pattern with ``<part>`` fields), unit, kind, meaning.
+
+    ``better`` is ``lower``, ``higher`` or ``""`` (no direction: a size, a count
+    of requests); ``compare --fail-above`` only judges figures with a direction.
+    ``metadata``/``csv``: today's metadata keys and CSV columns holding the same
+    figure, each with the factor that turns their value into the schema unit.
+    """
+
+    name: str
+    unit: str
+    kind: str
+    meaning: str
+    better: str = ""
+    metadata: tuple = ()
+    csv: tuple = ()
+    #: a benchmark whose values give this figure as their reciprocal
+    reciprocal_of: str = ""
+
+    @property
+    def pyperf_unit(self) -> str:
+        return PYPERF_UNIT[self.unit]
+
+    @property
+    def is_pattern(self) -> bool:
+        return "<" in self.name
+
+    def regex(self) -> re.Pattern:
+        parts = re.split(r"<(\w+)>", self.name)
+        out = ""
+        for i, p in enumerate(parts):
+            out += re.escape(p) if i % 2 == 0 else f"(?P<{p}>.+?)"
+        return re.compile(out + r"\Z")
+
+
+def _latencies():
+    out = []
+    for which, what in (("match", "one prefix match"), ("insert", "one prefix insert"),
+                        ("request", "one request (match then insert)")):
+        for label, stat in (("mean", "mean"), ("p50", "median"), ("p90", "90th percentile"),
+                            ("p99", "99th percentile"), ("p999", "99.9th percentile"),
+                            ("max", "maximum")):
+            csv = ((f"{which}_{label}_us", 1e-6),) if which != "request" and label not in (
+                "p90", "max") else ()
+            out.append(Figure(f"{which}-latency-{label}", "seconds", "latency",
+                              f"{stat} latency of {what} during the replay", "lower", csv=csv))
+    return out
+
+
+def _recovery():
+    parts = (("total", "process start to the first correctly served match (child clock)"),
+             ("process-start-to-first-match", "wall time of the recovering process, "
+                                              "interpreter start included"),
+             ("plugin-registry", "importing plugins in the fresh process"),
+             ("engine-open", "reopening the engine"),
+             ("first-match", "the first match after recovery"),
+             ("init", "strategy initialisation before the snapshot is read"),
+             ("load", "reading the snapshot file"),
+             ("deserialize", "decoding the snapshot's records"),
+             ("rebuild", "rebuilding the in-memory index"),
+             ("index", "load + init + deserialize + rebuild: the paper's recovery time"))
+    return [Figure(f"recovery-{n}", "seconds", "recovery", m, "lower") for n, m in parts]
+
+
+#: every figure, exact names first, patterns last
+FIGURES: tuple = tuple([
+    Figure("replay-time-per-request", "seconds", "throughput",
+           "replay time (match + insert) per request: 1 / request throughput", "lower"),
+    Figure("request-throughput", "per-second", "throughput",
+           "requests per second of match + insert time", "higher",
+           metadata=(("throughput_rps", 1.0),), csv=(("ops_per_s", 1.0),),
+           reciprocal_of="replay-time-per-request"),
+    *_latencies(),
+    Figure("match-latency-warm", "seconds", "latency",
+           "warmed match latency measured by pyperf.Runner workers", "lower"),
+    Figure("requests", "count", "workload", "requests replayed", csv=(("requests", 1.0),)),
+    Figure("prompt-tokens", "count", "workload", "prompt tokens of every request"),
+    Figure("hit-tokens", "count", "hit-rate", "prompt tokens the strategy matched", "higher"),
+    Figure("oracle-hit-tokens", "count", "hit-rate", "prompt tokens the exact radix oracle "
+           "matched in the same replay"),
+    Figure("token-hit-rate", "ratio", "hit-rate", "hit tokens / prompt tokens", "higher",
+           metadata=(("token_hit_rate", 1.0),), csv=(("hit_rate", 1.0),)),
+    Figure("token-hit-rate-ppm", "ppm", "hit-rate", "token hit rate in parts per million",
+           "higher"),
+    Figure("oracle-hit-rate", "ratio", "hit-rate", "the oracle's token hit rate",
+           metadata=(("oracle_hit_rate", 1.0),), csv=(("oracle_hit_rate", 1.0),)),
+    Figure("hit-rate-loss", "ratio", "hit-rate", "share of the oracle's hit tokens the "
+           "strategy missed (paper Table 3, Fig. 9)", "lower",
+           metadata=(("hit_rate_loss", 1.0),), csv=(("loss_vs_oracle", 1.0),)),
+    Figure("hit-rate-loss-ppm", "ppm", "hit-rate", "hit-rate loss in parts per million",
+           "lower"),
+    Figure("lost-tokens", "count", "hit-rate", "oracle hit tokens the strategy missed",
+           "lower"),
+    Figure("false-hits", "count", "correctness", "returned blocks never inserted or with "
+           "wrong metadata", "lower", metadata=(("false_hits", 1.0),),
+           csv=(("false_hits", 1.0),)),
+    Figure("store-reads-per-match", "count", "store", "logical store reads per prefix match",
+           "lower", csv=(("store_reads_per_match", 1.0),)),
+    Figure("store-bytes", "bytes", "space", "data bytes on disk (allocated blocks)", "lower",
+           csv=(("bytes_on_disk", 1.0),)),
+    Figure("store-log-bytes", "bytes", "space", "the engine's WAL/journal bytes"),
+    Figure("store-logical-bytes", "bytes", "space", "live keys + values the index stored"),
+    Figure("store-records", "count", "space", "records in the store"),
+    Figure("space-amplification", "ratio", "space", "disk bytes / logical bytes", "lower"),
+    Figure("indexed-blocks", "count", "workload", "unique blocks indexed"),
+    Figure("memory-bytes", "bytes", "memory", "in-memory bytes of the index", "lower",
+           csv=(("index_memory_bytes", 1.0),)),
+    Figure("memory-bytes-per-indexed-block", "bytes", "memory",
+           "in-memory bytes per unique indexed block", "lower"),
+    Figure("engine-cache-bytes", "bytes", "conditions", "the engine cache the run was given",
+           metadata=(("cache_bytes", 1.0),)),
+    Figure("disk-ratio-to-reference-ppm", "ppm", "space", "space sweep: disk bytes over "
+           "ssd-blockhash's (paper Table 5)", "lower"),
+    Figure("entries-ratio-to-reference-ppm", "ppm", "space", "space sweep: stored block-"
+           "metadata entries over ssd-blockhash's (paper Table 5)", "lower"),
+    Figure("sizing-ssd-blockhash-entries", "count", "sizing", "entries of the sizing replay"),
+    Figure("sizing-ssd-blockhash-logical-bytes", "bytes", "sizing",
+           "logical store of the sizing replay (24 B per entry)"),
+    Figure("sizing-ssd-blockhash-disk-bytes", "bytes", "sizing",
+           "on-disk store of the sizing replay"),
+    Figure("sizing-cache-bytes", "bytes", "sizing", "cache the cache rule chose"),
+    Figure("match-phase-switches", "count", "breakdown", "clock switches per match"),
+    Figure("insert-phase-switches", "count", "breakdown", "clock switches per insert"),
+    Figure("breakdown-overhead", "ratio", "breakdown", "clock cost per match / mean match "
+           "latency", "lower", metadata=(("breakdown_overhead", 1.0),)),
+    Figure("breakdown-overhead-insert", "ratio", "breakdown", "clock cost per insert / mean "
+           "insert latency", "lower", metadata=(("breakdown_overhead_insert", 1.0),)),
+    *_recovery(),
+    Figure("snapshot-write", "seconds", "recovery", "writing and publishing the snapshot",
+           "lower"),
+    Figure("snapshot-bytes", "bytes", "recovery", "bytes of the published snapshot", "lower"),
+    Figure("peak-rss", "bytes", "recovery", "peak resident memory of the recovering process",
+           "lower"),
+    Figure("unique-block-entries", "count", "recovery", "unique block entries built",
+           metadata=(("unique_block_entries", 1.0),)),
+    Figure("probe-hit-tokens-before", "count", "recovery", "probe hit tokens before the "
+           "restart"),
+    Figure("hit-rate-equal", "flag", "correctness", "1 when the hit rate after recovery "
+           "equals the one before", "higher", metadata=(("hit_rate_equal", 1.0),)),
+    Figure("span-share-gt3", "ratio", "workload", "share of 256-token spans with more than "
+           "three alternatives (paper section 3.2)", metadata=(("span_share_gt3", 1.0),)),
+    Figure("cap-recovery-ratio", "ratio", "conditions", "capped tree's recovery over sarp's "
+           "under the cap rule (paper: 0.96-1.96)", metadata=(("cap_recovery_ratio", 1.0),)),
+    # patterns
+    Figure("match-time-<phase>", "seconds", "breakdown", "mean seconds per match spent in "
+           "one phase (paper Fig. 7)", "lower"),
+    Figure("insert-time-<phase>", "seconds", "breakdown", "mean seconds per insert spent in "
+           "one phase (paper Fig. 7)", "lower"),
+    Figure("index-<counter>", "count", "counter", "a strategy counter (bytes for *-bytes)"),
+    Figure("restore-<path>-<point>", "seconds", "restore", "payload restore time through "
+           "one path at one object count or layerwise (Range)", "lower"),
+    Figure("read-calls-<path>-<point>", "count", "restore", "native read calls per restore",
+           "lower"),
+    Figure("bytes-read-<path>-<point>", "bytes", "restore", "bytes read per restore"),
+    Figure("host-us-per-object-<path>-<point>", "count", "restore",
+           "host microseconds per logical object", "lower"),
+    Figure("layer-events-<path>-<point>", "count", "restore", "per-layer readiness events"),
+    Figure("placement-<name>", "count", "placement", "sparse prefix caching placement figure"),
+])
+
+_EXACT = {f.name: f for f in FIGURES if not f.is_pattern}
+_PATTERNS = [(f, f.regex()) for f in FIGURES if f.is_pattern]
+
+#: conditions (not figures): CSV column -> metadata key
+CONDITIONS = {"date": "date", "commit": "git_commit", "strategy": "strategy",
+              "engine": "engine", "workload": "workload", "threads": "threads"}
+
+
+def figure(name: str) -> Figure:
+    """The figure a bare name (no setting, no thread prefix) stands for."""
+    f = _EXACT.get(name)
+    if f is not None:
+        return f
+    for f, rx in _PATTERNS:
+        if rx.match(name):
+            if f.name == "index-<counter>" and name.endswith("-bytes"):
+                return Figure(name, "bytes", "counter", f.meaning)
+            return f
+    raise SchemaError(f"unknown figure {name!r}")
+
+
+def params(name: str) -> dict:
+    """The variable parts of a patterned name (``{'phase': 'storage'}``); {} for exact."""
+    if name in _EXACT:
+        return {}
+    for f, rx in _PATTERNS:
+        m = rx.match(name)
+        if m:
+            d = m.groupdict()
+            if "point" in d:           # restore-<path>-<point>: the point is n<N> or layerwise
+                m2 = re.match(r"(?P<path>.+)-(?P<point>n\d+|layerwise)\Z", name[len(
+                    f.name.split("<")[0]):])
+                if m2:
+                    d = m2.groupdict()
+            return d
+    return {}
+
+
+def parse_name(bench_name: str, metadata: dict) -> tuple:
+    """``(setting, threads, figure name)`` of a benchmark name, using its metadata."""
+    name = bench_name
+    setting = metadata.get("setting")
+    if setting and setting != "sizing" and name.startswith(f"{setting}-"):
+        name = name[len(setting) + 1:]
+    m = re.match(r"threads-(\d+)-(.+)\Z", name)
+    threads = int(metadata.get("threads", 1) or 1)
+    if m:
+        threads, name = int(m.group(1)), m.group(2)
+    return (setting if setting and setting != "sizing" else None), threads, name
+
+
+def version_of(metadata: dict) -> int:
+    """The schema version of a benchmark's metadata (0 before the schema)."""
+    v = metadata.get(VERSION_KEY, 0)
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        raise SchemaError(f"schema version {v!r} is not a number") from None
+
+
+def check_version(metadata: dict, where: str = "suite") -> int:
+    v = version_of(metadata)
+    if v < 0 or v > SCHEMA_VERSION:
+        raise SchemaError(f"{where}: result schema version {v} is unknown (this prefixbench "
+                          f"reads versions 0-{SCHEMA_VERSION}); upgrade prefixbench")
+    return v
+
+
+def is_prefixbench(metadata: dict) -> bool:
+    """Whether a benchmark's metadata says prefixbench wrote it."""
+    return VERSION_KEY in metadata or "prefixbench_version" in metadata \
+        or "prefixbench_impl" in metadata
+
+
+def schema_metadata() -> dict:
+    """What a writer adds to every benchmark's metadata."""
+    return {VERSION_KEY: SCHEMA_VERSION}
+
+
+def zero_metadata(names) -> dict:
+    """Metadata recording benchmarks whose value was 0 (pyperf refuses 0)."""
+    names = sorted({n for n in names if n})
+    return {ZEROS_KEY: " ".join(names)} if names else {}
+
+
+def split_zeros(values: dict) -> tuple[dict, list]:
+    """``{name: value}`` -> (the non-zero ones, the names whose value is 0)."""
+    keep = {n: v for n, v in values.items() if v}
+    return keep, sorted(n for n, v in values.items() if v == 0)
+
+
+@dataclass(frozen=True)
+class Reading:
+    """Every run's value of one figure at one setting and thread count."""
+
+    figure: Figure
+    name: str
+    values: tuple
+    setting: str | None = None
+    threads: int = 1
+    params: dict = field(default_factory=dict)
+    #: ``benchmark``, ``zero``, ``metadata`` or ``reciprocal``
+    source: str = "benchmark"
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.values)
+
+    @property
+    def low(self) -> float:
+        return min(self.values)
+
+    @property
+    def high(self) -> float:
+        return max(self.values)
+
+    @property
+    def runs(self) -> int:
+        return len(self.values)
+
+
+def _runs_metadata(bench) -> list:
+    return [run.get_metadata() for run in bench.get_runs()]
+
+
+def readings(suite) -> list:
+    """Every figure of a loaded suite: benchmarks, listed zeros, metadata figures.
+
+    Metadata figures are read once per (setting, threads) from the runs of the
+    first benchmark of that group, one value per run (repeats kept).  Raises
+    :class:`SchemaError` for an unknown version.
+    """
+    out, have, groups, zeros = [], set(), {}, {}
+    for bench in suite.get_benchmarks():
+        mds = _runs_metadata(bench)
+        md = mds[0] if mds else {}
+        for m in mds:
+            check_version(m)
+        setting, threads, name = parse_name(bench.get_name(), md)
+        try:
+            fig = figure(name)
+        except SchemaError:
+            continue
+        values = tuple(v for run in bench.get_runs() for v in run.values)
+        if not values:
+            continue
+        out.append(Reading(fig, name, values, setting, threads, params(name)))
+        have.add((setting, threads, name))
+        groups.setdefault((setting, threads), mds)
+        for m in mds:
+            for z in str(m.get(ZEROS_KEY, "")).split():
+                zeros.setdefault(z, set()).add((m.get("repeat", 0), m.get("setting"),
+                                                m.get("threads", 1)))
+    for full, keys in zeros.items():
+        rep, setting, threads = next(iter(keys))
+        s, t, name = parse_name(full, {"setting": setting, "threads": threads})
+        if (s, t, name) in have:
+            continue
+        try:
+            fig = figure(name)
+        except SchemaError:
+            continue
+        out.append(Reading(fig, name, tuple(0.0 for _ in keys), s, t, params(name), "zero"))
+        have.add((s, t, name))
+    for (setting, threads), mds in groups.items():
+        for fig in FIGURES:
+            if (setting, threads, fig.name) in have:
+                continue
+            vals = []
+            for key, factor in fig.metadata:
+                vals = [float(m[key]) * factor for m in mds
+                        if isinstance(m.get(key), (int, float))]
+                if vals:
+                    break
+            if vals:
+                out.append(Reading(fig, fig.name, tuple(vals), setting, threads, {},
+                                   "metadata"))
+                have.add((setting, threads, fig.name))
+            elif fig.reciprocal_of and (setting, threads, fig.reciprocal_of) in have:
+                src = next(r for r in out if (r.setting, r.threads, r.name)
+                           == (setting, threads, fig.reciprocal_of))
+                out.append(Reading(fig, fig.name, tuple(1.0 / v for v in src.values if v),
+                                   setting, threads, {}, "reciprocal"))
+                have.add((setting, threads, fig.name))
+    return out
+
+
+def read(suite_or_readings, name: str, setting: str | None = None,
+         threads: int | None = None) -> Reading | None:
+    """One figure's reading (first thread count when ``threads`` is None), or None."""
+    rs = suite_or_readings if isinstance(suite_or_readings, list) else readings(
+        suite_or_readings)
+    hits = [r for r in rs if r.name == name and r.setting == setting
+            and (threads is None or r.threads == threads)]
+    return min(hits, key=lambda r: r.threads) if hits else None
+
+
+def from_csv_row(row: dict) -> dict:
+    """A CSV row (harness/export.py columns) as ``{schema name: value}`` in schema units."""
+    out = {}
+    for f in FIGURES:
+        for col, factor in f.csv:
+            if row.get(col) not in (None, ""):
+                out[f.name] = float(row[col]) * factor
+    return out
