@@ -4,6 +4,8 @@ import numpy as np
 cimport numpy as cnp
 from libc.stdint cimport uint32_t, uint64_t
 
+__all__ = ["chain_ids", "chain_tokens", "pbh64_words"]
+
 cnp.import_array()
 
 cdef uint64_t K0 = 0x46DF2EF7ACB7317FULL

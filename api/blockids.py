@@ -21,55 +21,22 @@ pbh64(prev, words, n)::
 
 All arithmetic is modulo 2**64.  The per-word step keeps one multiply on the
 dependency chain, so the Cython path runs at several hundred million tokens per
-second per core.  The functions in this module are the pure-Python reference;
-:mod:`prefixbench._blockids` is the compiled twin the tests hold equal.
+second per core.  :mod:`prefixbench._blockids` computes the chains;
+:mod:`prefixbench._blockids_ref` is its pure-Python reference (the tests hold the
+two equal, and golden vectors pin both).
 """
 from __future__ import annotations
 
-import numpy as np
 from prefixbench import twins
-from prefixbench.errors import ConfigError
+# the constants and the word-by-word arithmetic; chain_*_py name the references
+from prefixbench._blockids_ref import (K0, K1, K2, K3, K4, K5, MASK,  # noqa: F401
+                                       _token_words as token_words, chain_ids as chain_ids_py,
+                                       chain_tokens as chain_tokens_py, pbh64_words as pbh64)
 
-MASK = (1 << 64) - 1
-K0 = 0x46DF2EF7ACB7317F
-K1 = 0xA13772D18C099AA3
-K2 = 0xD98331B2C94C5A2F
-K3 = 0x23B3F97FDAD562E5
-K4 = 0x2074745E9FDFFE39
-K5 = 0x724151119C873779
 SEED_PREFIX = 0x70726566_69786230  # b"prefixb0" read as a big-endian integer
 
 #: token block size used when nothing else is said (tokens per KVCache block)
 DEFAULT_BLOCK_SIZE = 16
-
-
-def _rotl(x: int, r: int) -> int:
-    return ((x << r) | (x >> (64 - r))) & MASK
-
-
-def pbh64(prev: int, words, n: int) -> int:
-    """Reference pbh64 over an iterable of 64-bit words."""
-    acc = ((prev ^ K0) + n * K1) & MASK
-    for w in words:
-        acc ^= (int(w) * K2) & MASK
-        acc = (_rotl(acc, 31) * K3) & MASK
-    acc ^= acc >> 33
-    acc = (acc * K4) & MASK
-    acc ^= acc >> 29
-    acc = (acc * K5) & MASK
-    acc ^= acc >> 32
-    return acc
-
-
-def token_words(tokens) -> list[int]:
-    """Pack uint32 token ids two to a 64-bit word (little end first)."""
-    toks = [int(t) & 0xFFFFFFFF for t in tokens]
-    words = []
-    for i in range(0, len(toks), 2):
-        lo = toks[i]
-        hi = toks[i + 1] if i + 1 < len(toks) else 0
-        words.append(lo | (hi << 32))
-    return words
 
 
 def namespace_seed(namespace: str | int) -> int:
@@ -80,49 +47,9 @@ def namespace_seed(namespace: str | int) -> int:
     return pbh64(SEED_PREFIX, words, len(data))
 
 
-def chain_tokens_py(tokens, block_size: int, h0: int) -> np.ndarray:
-    """Chained ids of every *full* block of ``tokens`` (reference)."""
-    if block_size < 1:
-        raise ValueError("block_size must be >= 1")
-    toks = np.asarray(tokens, dtype=np.uint32)
-    n_blocks = len(toks) // block_size
-    out = np.empty(n_blocks, dtype=np.uint64)
-    h = int(h0) & MASK
-    for b in range(n_blocks):
-        block = toks[b * block_size:(b + 1) * block_size]
-        h = pbh64(h, token_words(block), block_size)
-        out[b] = h
-    return out
-
-
-def chain_ids_py(ids, h0: int) -> np.ndarray:
-    """Chain per-block hash ids from a trace the same way (reference)."""
-    out = np.empty(len(ids), dtype=np.uint64)
-    h = int(h0) & MASK
-    for i, v in enumerate(ids):
-        h = pbh64(h, [int(v) & MASK], 1)
-        out[i] = h
-    return out
-
-
-# the compiled twin, or the references above in pure-Python mode (api/twins.py
-# decides; a missing build is one clear error, never a silent fallback)
-try:
-    _compiled, _missing = twins.compiled("prefixbench._blockids"), None
-except ConfigError as e:
-    # `import prefixbench` must not die with a traceback: the error is raised on
-    # first use instead (inside the CLI, which prints it as one line)
-    _compiled, _missing = None, str(e)
-if _compiled is not None:
-    chain_tokens = _compiled.chain_tokens
-    chain_ids = _compiled.chain_ids
-elif _missing is not None:
-    def chain_tokens(*args, **kwargs):
-        raise ConfigError(_missing)
-
-    def chain_ids(*args, **kwargs):
-        raise ConfigError(_missing)
-else:
-    chain_tokens = chain_tokens_py
-    chain_ids = chain_ids_py
-COMPILED = _compiled is not None
+# the compiled twin, or its reference in pure-Python mode; a missing build is one
+# ConfigError line at the first call (``import prefixbench`` must still work)
+_impl = twins.load("prefixbench._blockids", defer=True)
+chain_tokens = _impl.chain_tokens
+chain_ids = _impl.chain_ids
+COMPILED = twins.is_compiled(_impl)

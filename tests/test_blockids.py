@@ -8,6 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prefixbench import blockids as b
+from prefixbench import twins
+
+ref = twins.reference("prefixbench._blockids")     # the pure-Python reference, in either mode
 
 # Golden vectors: written down once from the reference implementation; any
 # change to pbh64 (constants, word packing, finaliser) breaks them on purpose.
@@ -27,14 +30,14 @@ def test_golden_vectors_reference_and_compiled():
         assert b.namespace_seed(ns) == v
     h0 = b.namespace_seed("prefixbench")
     toks = np.arange(48, dtype=np.uint32)
-    assert b.chain_tokens_py(toks, 16, h0).tolist() == GOLDEN_TOKENS
+    assert ref.chain_tokens(toks, 16, h0).tolist() == GOLDEN_TOKENS
     assert b.chain_tokens(toks, 16, h0).tolist() == GOLDEN_TOKENS
     odd = np.array([1, 2, 3, 4, 5], dtype=np.uint32)
-    assert b.chain_tokens_py(odd, 5, 0).tolist() == GOLDEN_ODD
+    assert ref.chain_tokens(odd, 5, 0).tolist() == GOLDEN_ODD
     assert b.chain_tokens(odd, 5, 0).tolist() == GOLDEN_ODD
     ids = np.array([0, 1, 2**64 - 1], dtype=np.uint64)
     h0 = b.namespace_seed("mooncake")
-    assert b.chain_ids_py(ids, h0).tolist() == GOLDEN_IDS
+    assert ref.chain_ids(ids, h0).tolist() == GOLDEN_IDS
     assert b.chain_ids(ids, h0).tolist() == GOLDEN_IDS
 
 
@@ -45,7 +48,7 @@ def test_golden_vectors_reference_and_compiled():
 def test_compiled_equals_reference_on_tokens(tokens, block_size, h0):
     toks = np.array(tokens, dtype=np.uint32)
     assert np.array_equal(b.chain_tokens(toks, block_size, h0),
-                          b.chain_tokens_py(toks, block_size, h0))
+                          ref.chain_tokens(toks, block_size, h0))
 
 
 @pytest.mark.compiled
@@ -53,7 +56,17 @@ def test_compiled_equals_reference_on_tokens(tokens, block_size, h0):
 @given(st.lists(st.integers(0, 2**64 - 1), max_size=40), st.integers(0, 2**64 - 1))
 def test_compiled_equals_reference_on_hash_ids(ids, h0):
     arr = np.array(ids, dtype=np.uint64)
-    assert np.array_equal(b.chain_ids(arr, h0), b.chain_ids_py(arr, h0))
+    assert np.array_equal(b.chain_ids(arr, h0), ref.chain_ids(arr, h0))
+
+
+@pytest.mark.compiled
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 2**64 - 1), st.lists(st.integers(0, 2**64 - 1), max_size=20),
+       st.integers(0, 2**32))
+def test_compiled_equals_reference_on_words(prev, words, n):
+    arr = np.array(words, dtype=np.uint64)
+    got = twins.load("prefixbench._blockids").pbh64_words(prev, arr, n)
+    assert got == ref.pbh64_words(prev, words, n) == b.pbh64(prev, words, n)
 
 
 def test_only_full_blocks_and_prefix_property():
@@ -93,4 +106,4 @@ def test_bad_block_size():
     with pytest.raises(ValueError):
         b.chain_tokens(np.arange(4, dtype=np.uint32), 0, 0)
     with pytest.raises(ValueError):
-        b.chain_tokens_py(np.arange(4, dtype=np.uint32), 0, 0)
+        ref.chain_tokens(np.arange(4, dtype=np.uint32), 0, 0)
