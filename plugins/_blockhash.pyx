@@ -13,6 +13,8 @@ Thread safety: a readers-writer lock (writer-preferring on glibc) is taken
 only after the GIL is released and no Python object is touched while it is
 held, so it cannot deadlock with the GIL.  Lookups run in parallel, inserts
 (and rehashes) exclusively.  Counters are updated atomically.
+
+The pure-Python reference is :mod:`prefixbench.plugins._blockhash_ref`.
 """
 import numpy as np
 cimport numpy as cnp
@@ -21,6 +23,8 @@ from libc.stdlib cimport calloc, free, malloc
 from libc.string cimport memcpy
 
 from prefixbench.plugins.strategy import Match
+
+__all__ = ["BlockHashTable"]
 
 cnp.import_array()
 

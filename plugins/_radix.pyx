@@ -18,7 +18,7 @@ table needs no tombstones; a split re-points one entry and adds one.
 
 A leaf whose sequence is later extended gets a child node (as in SGLang's
 RadixCache) rather than being relocated, so edges never need copying.  The
-pure-Python twin :class:`prefixbench.plugins.radix.RadixTreePy` follows the
+pure-Python reference (:mod:`prefixbench.plugins._radix_ref`) follows the
 same rules, node for node.
 
 Thread safety: a readers-writer lock (writer-preferring on glibc) guards the
@@ -33,6 +33,8 @@ from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcpy
 
 from prefixbench.plugins.strategy import Match
+
+__all__ = ["RadixTree"]
 
 cnp.import_array()
 
