@@ -6,9 +6,9 @@ An insert writes one record per new block position, so encoding them one
 builds all of them in one C loop, byte for byte in the record format of
 :mod:`prefixbench.plugins.segments` (version 1: 40-byte header, block ids,
 then metadata rows, pbsum64 checksum at offset 32 - the algorithm as that
-module documents it).  The pure-Python reference is
-:func:`prefixbench.plugins.segment_hash.encode_records_py`, which calls
-``encode_segment`` per record; the tests hold the two equal.
+module documents it).  The pure-Python reference,
+:mod:`prefixbench.plugins._segment_hash_ref`, encodes one record at a time;
+the tests hold the two equal.
 """
 import numpy as np
 cimport numpy as cnp
@@ -17,6 +17,8 @@ from libc.string cimport memcpy
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.list cimport PyList_New, PyList_SET_ITEM
 from cpython.ref cimport Py_INCREF
+
+__all__ = ["encode_records"]
 
 cnp.import_array()
 

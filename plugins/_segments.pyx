@@ -2,9 +2,10 @@
 """Compiled segment-record codec and block-ID verification.
 
 The record layout, the checksum and the verification rule are documented in
-:mod:`prefixbench.plugins.segments`, which also holds the pure-Python
-references the tests hold these functions equal to.  Checksumming and
-verification run without the GIL.
+:mod:`prefixbench.plugins.segments`; the pure-Python reference with the same
+names, which the tests hold these functions equal to, is
+:mod:`prefixbench.plugins._segments_ref`.  Checksumming and verification run
+without the GIL.
 """
 import numpy as np
 cimport numpy as cnp
@@ -12,6 +13,9 @@ from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 from libc.stdlib cimport free, malloc
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+
+__all__ = ["HEADER_SIZE", "MAGIC", "VERSION", "checksum", "common_prefix", "decode", "encode",
+           "verify_raws", "views"]
 
 cnp.import_array()
 

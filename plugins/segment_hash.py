@@ -55,8 +55,7 @@ from prefixbench import phases as _phases
 from prefixbench.phases import ENCODE, FALLBACK, HASHING, VERIFY
 from prefixbench.errors import ConfigError
 from prefixbench.hookspecs import hookimpl
-from prefixbench.plugins.segments import (CorruptSegmentError, Segment, common_prefix,
-                                          decode_segment, encode_segment)
+from prefixbench.plugins.segments import CorruptSegmentError, common_prefix, decode_segment
 from prefixbench.plugins.strategy import (
     IndexStrategy,
     META_SIZE,
@@ -94,32 +93,11 @@ def record_spans(lo: int, hi: int, S: int) -> tuple[np.ndarray, np.ndarray]:
     return e + 1 - g, g
 
 
-def encode_records_py(keys, starts, lens, ids, metas, meta_size: int) -> list:
-    """Reference of the compiled :func:`encode_records`: one ``encode_segment`` per record
-    (the same checks, the same errors)."""
-    ids = np.asarray(ids, dtype=np.uint64)
-    metas = np.asarray(metas, dtype=np.uint8)
-    n = len(ids) if ids.ndim == 1 else 0
-    if ids.ndim != 1:
-        raise ValueError("block ids must be 1-D")
-    if metas.ndim != 2 or metas.shape != (n, meta_size):
-        raise ValueError(f"metas must have shape ({n}, {meta_size}), got {metas.shape}")
-    if not 1 <= meta_size <= 0xFFFF:
-        raise ValueError(f"meta_size must be in 1..65535, got {meta_size}")
-    sl, gl = np.asarray(starts, dtype=np.int64).tolist(), np.asarray(lens, dtype=np.int64).tolist()
-    if len(sl) != len(np.asarray(keys)) or len(gl) != len(sl):
-        raise ValueError("keys, starts and lens must have the same length")
-    for i, (a, g) in enumerate(zip(sl, gl)):
-        if a < 0 or g < 0 or a + g > n:
-            raise ValueError(f"record {i} [{a}, {a + g}) is outside the {n} blocks")
-    return [(int(k), encode_segment(Segment(int(k), s, ids[s:s + g], metas[s:s + g]), meta_size))
-            for k, s, g in zip(np.asarray(keys, dtype=np.uint64).tolist(),
-                               np.asarray(starts).tolist(), np.asarray(lens).tolist())]
-
-
-_segment_hash = twins.compiled("prefixbench.plugins._segment_hash")
-#: the compiled batch encoder, or its reference in pure-Python mode (``PREFIXBENCH_PURE=1``)
-encode_records = _segment_hash.encode_records if _segment_hash is not None else encode_records_py
+#: the batch encoder: compiled, or its reference in pure-Python mode (``PREFIXBENCH_PURE=1``)
+_segment_hash = twins.load("prefixbench.plugins._segment_hash")
+encode_records = _segment_hash.encode_records
+#: the pure-Python reference encoder, in either mode
+encode_records_py = twins.reference("prefixbench.plugins._segment_hash").encode_records
 
 
 class SegmentHashStrategy(IndexStrategy):

@@ -30,11 +30,11 @@ A record that fails any check raises :class:`CorruptSegmentError` in
 and remembers the id, so a corrupt record is never reused.
 
 The compiled codec and verification are :mod:`prefixbench.plugins._segments`;
-the ``*_py`` functions here are their references.
+:mod:`prefixbench.plugins._segments_ref` is their pure-Python reference (the
+``*_py`` functions here call it).
 """
 from __future__ import annotations
 
-import struct
 import threading
 from dataclasses import dataclass
 
@@ -42,9 +42,9 @@ import numpy as np
 from prefixbench import twins
 from prefixbench.errors import ConfigError, PrefixbenchError
 
-#: the compiled codec, or (pure-Python mode, ``PREFIXBENCH_PURE=1``) the namespace of
-#: references defined below under the same names
-_segments = twins.compiled("prefixbench.plugins._segments")
+#: the codec: compiled, or its reference in pure-Python mode (``PREFIXBENCH_PURE=1``)
+_segments = twins.load("prefixbench.plugins._segments")
+_ref = twins.reference("prefixbench.plugins._segments")
 
 __all__ = ["SEGMENT_KEY_SPACE", "KEY_SPACE_BITS", "CorruptSegmentError", "Segment", "SegmentLayer",
            "encode_segment", "decode_segment", "common_prefix", "space_key", "max_key",
@@ -54,15 +54,8 @@ __all__ = ["SEGMENT_KEY_SPACE", "KEY_SPACE_BITS", "CorruptSegmentError", "Segmen
 SEGMENT_KEY_SPACE = 0
 KEY_SPACE_BITS = 56
 SEGMENT_KEY_LIMIT = 1 << KEY_SPACE_BITS
-MAGIC = b"PBSG"
-VERSION = 1
-HEADER_SIZE = 40
-_HEADER = struct.Struct("<4sHHIIQQQ")
-_MASK = (1 << 64) - 1
-C0 = 0x8F1BBCDCCA62C1D6
-C1 = 0x9E3779B97F4A7C15
-C2 = 0xFF51AFD7ED558CCD
-C3 = 0xC4CEB9FE1A85EC53
+MAGIC, VERSION, HEADER_SIZE = _ref.MAGIC, _ref.VERSION, _ref.HEADER_SIZE
+C0, C1, C2, C3 = _ref.C0, _ref.C1, _ref.C2, _ref.C3     # pbsum64
 
 
 def space_key(space: int, ident: int) -> int:
@@ -94,6 +87,12 @@ class Segment:
 
 
 # ----------------------------------------------------------------------------- codec
+def _segment(r) -> Segment:
+    if isinstance(r, str):
+        raise CorruptSegmentError(f"corrupt segment record: {r}")
+    return Segment(*r)
+
+
 def encode_segment(seg: Segment, meta_size: int) -> bytes:
     """Versioned, checksummed, columnar record of ``seg`` (compiled)."""
     return _segments.encode(seg.seg_id, seg.start, seg.ids, seg.metas, meta_size)
@@ -101,100 +100,12 @@ def encode_segment(seg: Segment, meta_size: int) -> bytes:
 
 def decode_segment(raw, meta_size: int) -> Segment:
     """Inverse of :func:`encode_segment`; :class:`CorruptSegmentError` on any bad field."""
-    r = _segments.decode(raw, meta_size)
-    if isinstance(r, str):
-        raise CorruptSegmentError(f"corrupt segment record: {r}")
-    return Segment(*r)
+    return _segment(_segments.decode(raw, meta_size))
 
 
 def common_prefix(a: np.ndarray, b: np.ndarray) -> int:
     """Leading positions where two uint64 id arrays agree (compiled, nogil)."""
     return _segments.common_prefix(a, b)
-
-
-def _words(data: bytes) -> list[int]:
-    pad = (-len(data)) % 8
-    return list(struct.unpack(f"<{(len(data) + pad) // 8}Q", data + b"\0" * pad))
-
-
-def checksum_py(raw: bytes) -> int:
-    """Reference pbsum64 of an encoded record (skips the checksum field)."""
-    raw = bytes(raw)
-    h = C0 ^ (((len(raw) - 8) * C1) & _MASK)
-    for part in (raw[:32], raw[HEADER_SIZE:]):
-        for w in _words(part):
-            h = ((h ^ w) * C2) & _MASK
-            h ^= h >> 29
-    h ^= h >> 32
-    h = (h * C3) & _MASK
-    h ^= h >> 29
-    return h
-
-
-def encode_segment_py(seg: Segment, meta_size: int) -> bytes:
-    """Reference of :func:`encode_segment`."""
-    ids = np.asarray(seg.ids, dtype="<u8")
-    metas = np.asarray(seg.metas, dtype=np.uint8).reshape(len(ids), meta_size)
-    head = _HEADER.pack(MAGIC, VERSION, meta_size, len(ids), 0, seg.seg_id, seg.start, 0)
-    raw = bytearray(head + ids.tobytes() + metas.tobytes())
-    raw[32:40] = struct.pack("<Q", checksum_py(bytes(raw)))
-    return bytes(raw)
-
-
-def _problem_py(raw, meta_size: int):
-    """``(raw as bytes, header fields)`` of a sound record, or a ``str`` saying what is
-    wrong - the compiled ``decode``'s checks, in its order, with its messages."""
-    try:
-        raw = memoryview(raw).cast("B").tobytes()
-    except TypeError:
-        return f"value is not bytes-like ({type(raw).__name__})"
-    if len(raw) < HEADER_SIZE:
-        return f"record has {len(raw)} bytes, shorter than the {HEADER_SIZE}-byte header"
-    magic, ver, ms, n, _res, seg_id, start, ck = _HEADER.unpack_from(raw)
-    if magic != MAGIC:
-        return "bad magic"
-    if ver != VERSION:
-        return f"unsupported record version {ver}"
-    if ms != meta_size:
-        return f"record meta_size {ms}, expected {meta_size}"
-    if len(raw) != HEADER_SIZE + n * (8 + meta_size):
-        return f"record length {len(raw)} does not match {n} blocks"
-    if checksum_py(raw) != ck:
-        return "checksum mismatch"
-    return raw, (seg_id, start, n)
-
-
-def decode_segment_py(raw, meta_size: int) -> Segment:
-    """Reference of :func:`decode_segment`."""
-    r = _problem_py(raw, meta_size)
-    if isinstance(r, str):
-        raise CorruptSegmentError(f"corrupt segment record: {r}")
-    raw, (seg_id, start, n) = r
-    ids = np.frombuffer(raw, dtype="<u8", count=n, offset=HEADER_SIZE)
-    metas = np.frombuffer(raw, dtype=np.uint8, count=n * meta_size,
-                          offset=HEADER_SIZE + 8 * n).reshape(n, meta_size)
-    return Segment(seg_id, start, ids, metas)
-
-
-def _common_prefix_np(a, b) -> int:
-    """:func:`common_prefix` in NumPy (pure-Python mode; no loop over blocks)."""
-    x = np.ascontiguousarray(a, dtype=np.uint64)
-    y = np.ascontiguousarray(b, dtype=np.uint64)
-    n = min(len(x), len(y))
-    if n == 0:
-        return 0
-    diff = np.flatnonzero(x[:n] != y[:n])
-    return int(diff[0]) if len(diff) else n
-
-
-def common_prefix_py(a, b) -> int:
-    """Reference of :func:`common_prefix`."""
-    n = 0
-    for x, y in zip(np.asarray(a, dtype=np.uint64).tolist(), np.asarray(b, dtype=np.uint64).tolist()):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def verify_raws(raws, seg_ids, query_ids, start: int, S: int, meta_size: int):
@@ -209,87 +120,20 @@ def verify_raws(raws, seg_ids, query_ids, start: int, S: int, meta_size: int):
     return _segments.verify_raws(list(raws), seg_ids, query_ids, start, S, meta_size)
 
 
-def verify_raws_py(raws, seg_ids, query_ids, start: int, S: int, meta_size: int):
-    """Reference of :func:`verify_raws`."""
-    raws, sids = list(raws), np.asarray(seg_ids, np.uint64).reshape(-1).tolist()
-    if len(sids) != len(raws):
-        raise ValueError("verify_raws: one segment id per record")
-    best, bestv, corrupt = -1, 0, []
-    for i, (raw, sid) in enumerate(zip(raws, sids)):
-        if raw is None:
-            continue
-        try:
-            seg = decode_segment_py(raw, meta_size)
-        except CorruptSegmentError:
-            corrupt.append(i)
-            continue
-        if seg.seg_id != sid or seg.n > S:
-            corrupt.append(i)
-            continue
-        if seg.start != start:
-            continue
-        v = common_prefix_py(seg.ids, query_ids)
-        if v > bestv:
-            best, bestv = i, v
-    return best, bestv, corrupt
+# the same four (and the checksum) on the pure-Python reference, in either mode
+def encode_segment_py(seg: Segment, meta_size: int) -> bytes:
+    """Reference of :func:`encode_segment`."""
+    return _ref.encode(seg.seg_id, seg.start, seg.ids, seg.metas, meta_size)
 
 
-class _SegmentsPy:
-    """The compiled ``_segments`` module's functions on the references (pure-Python mode)."""
-
-    @staticmethod
-    def checksum(raw):
-        raw = memoryview(raw).cast("B").tobytes()
-        if len(raw) < HEADER_SIZE:
-            raise ValueError(f"a segment record has at least {HEADER_SIZE} bytes, got {len(raw)}")
-        return checksum_py(raw)
-
-    @staticmethod
-    def encode(seg_id, start, ids, metas, meta_size):
-        a = np.ascontiguousarray(ids, dtype=np.uint64)
-        m = np.ascontiguousarray(metas, dtype=np.uint8)
-        if a.ndim != 1:
-            raise ValueError("segment ids must be 1-D")
-        if m.ndim != 2 or m.shape != (len(a), meta_size):
-            raise ValueError(f"segment metas must have shape ({len(a)}, {meta_size}), "
-                             f"got {m.shape}")
-        if not 1 <= meta_size <= 0xFFFF:
-            raise ValueError(f"meta_size must be in 1..65535, got {meta_size}")
-        if not (0 <= seg_id <= _MASK and 0 <= start <= _MASK):
-            raise OverflowError("segment id and start must fit in 64 bits")
-        return encode_segment_py(Segment(int(seg_id), int(start), a, m), meta_size)
-
-    @staticmethod
-    def decode(raw, meta_size):
-        try:
-            seg = decode_segment_py(raw, meta_size)
-        except CorruptSegmentError as e:
-            return str(e).removeprefix("corrupt segment record: ")
-        return seg.seg_id, seg.start, seg.ids, seg.metas
-
-    common_prefix = staticmethod(_common_prefix_np)
-
-    @staticmethod
-    def verify_raws(raws, seg_ids, qw, ws, S, meta_size):
-        return verify_raws_py(raws, seg_ids, qw, ws, S, meta_size)
-
-    @staticmethod
-    def views(raw, meta_size):
-        if not isinstance(raw, bytes):
-            raise TypeError(f"views: expected bytes, got {type(raw).__name__}")
-        if len(raw) < HEADER_SIZE:
-            raise ValueError("record shorter than its header")
-        _m, _v, _ms, cnt, _r, seg_id, start, _ck = _HEADER.unpack_from(raw)
-        if len(raw) != HEADER_SIZE + cnt * (8 + meta_size):
-            raise ValueError("record length does not match its block count")
-        ids = np.frombuffer(raw, dtype="<u8", count=cnt, offset=HEADER_SIZE)
-        metas = np.frombuffer(raw, dtype=np.uint8, count=cnt * meta_size,
-                              offset=HEADER_SIZE + cnt * 8).reshape(cnt, meta_size)
-        return seg_id, start, ids, metas
+def decode_segment_py(raw, meta_size: int) -> Segment:
+    """Reference of :func:`decode_segment`."""
+    return _segment(_ref.decode(raw, meta_size))
 
 
-if _segments is None:
-    _segments = _SegmentsPy
+common_prefix_py = _ref.common_prefix
+verify_raws_py = _ref.verify_raws
+checksum_py = _ref.checksum
 
 
 # ----------------------------------------------------------------------------- layer

@@ -16,20 +16,24 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from prefixbench import twins
 from prefixbench.engines.memory import MemoryStore
 from prefixbench.blockids import chain_ids
 from prefixbench.errors import ConfigError
 from prefixbench.harness.replay import replay
 from prefixbench.plugins import segment_hash, segment_radix
 from prefixbench.plugins.radix import RadixStrategy
-from prefixbench.plugins.segment_hash import (SegmentHashStrategy, encode_records,
-                                              encode_records_py, record_keys, record_spans)
+from prefixbench.plugins.segment_hash import (SegmentHashStrategy, encode_records, record_keys,
+                                              record_spans)
 from prefixbench.plugins.segment_radix import (SPILL_KEY_SPACE, CappedSegmentRadixStrategy,
                                                SegmentRadixStrategy)
 from prefixbench.plugins.segments import Segment, decode_segment, encode_segment
 from prefixbench.workloads.synthetic import make_synthetic
 
 from engine_support import ENGINE_NAMES, Stores
+
+#: the pure-Python reference of the compiled batch encoder, in either mode
+encode_records_py = twins.reference("prefixbench.plugins._segment_hash").encode_records
 
 SEED = 0xC0FFEE
 MS = 16
@@ -227,10 +231,14 @@ def test_segment_hash_batch_encoder_equals_the_reference():
         for lo, S in ((0, 1), (3, 8), (17, 64)):
             starts, lens = record_spans(lo, 70, S)
             keys = record_keys(ids[lo:])
-            assert encode_records(keys, starts, lens, ids, metas, ms) == \
-                encode_records_py(keys, starts, lens, ids, metas, ms)
-    with pytest.raises(ValueError, match="outside"):
-        encode_records(keys[:1], np.array([69]), np.array([2]), ids, metas, 16)
+            got = encode_records(keys, starts, lens, ids, metas, ms)
+            assert got == encode_records_py(keys, starts, lens, ids, metas, ms)
+            # each record is byte for byte the segment codec's record of its blocks
+            for (k, raw), a, g in zip(got, starts.tolist(), lens.tolist()):
+                assert raw == encode_segment(Segment(k, a, ids[a:a + g], metas[a:a + g]), ms)
+    for enc in (encode_records, encode_records_py):
+        with pytest.raises(ValueError, match="outside"):
+            enc(keys[:1], np.array([69]), np.array([2]), ids, metas, 16)
 
 
 def test_segment_hash_treats_a_corrupt_or_foreign_record_as_a_miss():

@@ -16,25 +16,25 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prefixbench.engines.memory import MemoryStore
 from prefixbench.errors import ConfigError
-from prefixbench.plugins.segments import (  # _segments: compiled, or the references (pure mode)
+from prefixbench import twins
+from prefixbench.plugins.segments import (
     HEADER_SIZE,
     CorruptSegmentError,
     Segment,
     SegmentLayer,
-    checksum_py,
     common_prefix,
-    common_prefix_py,
     decode_segment,
     decode_segment_py,
     encode_segment,
     encode_segment_py,
     space_key,
     verify_raws,
-    verify_raws_py,
-    _segments,
 )
 
 from engine_support import ENGINE_NAMES, Stores
+
+_segments = twins.load("prefixbench.plugins._segments")      # compiled (reference in pure mode)
+_ref = twins.reference("prefixbench.plugins._segments")
 
 SETTINGS = settings(max_examples=150, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
@@ -61,7 +61,11 @@ def test_codec_equals_reference_and_round_trips(seg):
     raw = encode_segment(seg, ms)
     assert raw == encode_segment_py(seg, ms)
     assert len(raw) == HEADER_SIZE + seg.n * (8 + ms)
-    assert _segments.checksum(raw) == checksum_py(raw)
+    assert _segments.checksum(raw) == _ref.checksum(raw)
+    for views in (_segments.views, _ref.views):
+        sid, start, ids, metas = views(raw, ms)
+        assert (sid, start) == (seg.seg_id, seg.start) and np.array_equal(ids, seg.ids)
+        assert np.array_equal(metas, seg.metas)
     for dec in (decode_segment, decode_segment_py):
         back = dec(raw, ms)
         assert (back.seg_id, back.start) == (seg.seg_id, seg.start)
@@ -100,16 +104,17 @@ def test_every_corruption_is_detected(seg, data):
     for dec in (decode_segment, decode_segment_py):
         with pytest.raises(CorruptSegmentError):
             dec(bytes(raw), dec_ms)
+    # the same check fails first, with the same message
+    assert _segments.decode(bytes(raw), dec_ms) == _ref.decode(bytes(raw), dec_ms)
 
 
 @SETTINGS
 @given(st.lists(st.integers(0, 3), max_size=80), st.lists(st.integers(0, 3), max_size=80))
 def test_common_prefix_equals_reference(a, b):
     x, y = np.array(a, dtype=np.uint64), np.array(b, dtype=np.uint64)
-    want = common_prefix_py(x, y)
-    assert common_prefix(x, y) == want
     n = min(len(a), len(b))
-    assert want == next((i for i in range(n) if a[i] != b[i]), n)
+    want = next((i for i in range(n) if a[i] != b[i]), n)
+    assert common_prefix(x, y) == _ref.common_prefix(x, y) == want
 
 
 def test_common_prefix_on_extreme_values():
@@ -264,10 +269,10 @@ def test_batch_verification_equals_reference(records, query):
         keys.append(k + 100 if kind == "wrong-key" else k)
     q = np.array(query, np.uint64)
     got = verify_raws(raws, np.array(keys, np.uint64), q, 0, 10, 3)
-    want = verify_raws_py(raws, keys, q, 0, 10, 3)
+    want = _ref.verify_raws(raws, keys, q, 0, 10, 3)
     assert tuple(got) == tuple(want)
     bad = [i for i, (_, _, kind) in enumerate(records) if kind in ("flip", "wrong-key")]
     assert list(got[2]) == bad
-    ok = [common_prefix_py(r[0], query) for r in records]
+    ok = [_ref.common_prefix(r[0], query) for r in records]
     good = [v for v, (_, _, kind) in zip(ok, records) if kind == "ok"]
     assert got[1] == max(good, default=0)
