@@ -2,9 +2,9 @@
 """Compiled hot paths of SARP: candidate filters, the match-potential search
 (ExistsMatch, paper Algorithm 1) and the routing directory.
 
-The rules are documented in :mod:`prefixbench.plugins.sarp`, which also holds
-the pure-Python references (:func:`filters_py`, :func:`max_potential_py`,
-:class:`RoutingDirectoryPy`) the tests hold these equal to.
+The rules are documented in :mod:`prefixbench.plugins.sarp`; the pure-Python
+reference with the same names, which the tests hold these equal to, is
+:mod:`prefixbench.plugins._sarp_ref`.
 
 Routing directory layout: an open-addressing table of 32-bit entry indexes
 (linear probing on the key's hash, load <= 1/2, keys compared in the entry,
@@ -24,6 +24,8 @@ cimport numpy as cnp
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc, realloc, qsort
 from libc.string cimport memmove, memcpy
+
+__all__ = ["LIVE", "NONE", "PENDING", "RoutingDirectory", "filters", "max_potential"]
 
 cnp.import_array()
 

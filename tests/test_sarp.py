@@ -28,20 +28,16 @@ from prefixbench.errors import ConfigError
 from prefixbench.harness.replay import replay
 from prefixbench.plugins import sarp
 from prefixbench.plugins.radix import RadixStrategy
-from prefixbench.plugins.sarp import (
-    LIVE,
-    PENDING,
-    RoutingDirectory,
-    RoutingDirectoryPy,
-    SarpStrategy,
-    filters_py,
-    max_potential_py,
-)
+from prefixbench import twins
+from prefixbench.plugins.sarp import LIVE, PENDING, SarpStrategy
 from prefixbench.workloads.synthetic import make_synthetic
 
 from engine_support import ENGINE_NAMES, Stores
 
-_sarp = sarp._sarp   # the compiled module, or its reference namespace with PREFIXBENCH_PURE=1
+_sarp = twins.load("prefixbench.plugins._sarp")        # compiled (reference with PREFIXBENCH_PURE=1)
+_sarp_ref = twins.reference("prefixbench.plugins._sarp")
+RoutingDirectory, RoutingDirectoryPy = _sarp.RoutingDirectory, _sarp_ref.RoutingDirectory
+filters_py, max_potential_py = _sarp_ref.filters, _sarp_ref.max_potential
 
 H0 = 0x5A4B
 MS = 8
@@ -519,7 +515,7 @@ def test_filter_layout_most_significant_field_first_zero_padded():
     ids = np.arange(1, 9, dtype=np.uint64)
     f = int(_sarp.filters(ids, 3, np.array([0]), 8, 2, 8)[0])
     fields = [(f >> (56 - 8 * i)) & 0xFF for i in range(8)]
-    fp = lambda x: sarp._fmix64(x) & 0xFF
+    fp = lambda x: _sarp_ref._fmix64(x) & 0xFF
     assert fields[0] == fp(2) and fields[1] == fp(3)      # region 2 is partial: its last block
     assert fields[2:] == [0] * 6                           # no blocks: zero-padded
 

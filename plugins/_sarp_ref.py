@@ -1,0 +1,323 @@
+"""Pure-Python reference of :mod:`prefixbench.plugins._sarp`: candidate filters, the
+match-potential search (ExistsMatch, paper Algorithm 1) and the routing directory,
+with the same public names, answers, errors and byte accounting.
+
+The rules are documented in :mod:`prefixbench.plugins.sarp`; the tests hold this
+module equal to the compiled one, and the sarp strategy runs on it with
+``directory=python`` or ``PREFIXBENCH_PURE=1``.
+"""
+from __future__ import annotations
+
+import bisect
+import threading
+
+import numpy as np
+
+__all__ = ["LIVE", "NONE", "PENDING", "RoutingDirectory", "filters", "max_potential"]
+
+#: states of an entry's pending child points (rematerialization, refinement)
+NONE, PENDING, LIVE = 0, 1, 2
+_MASK = (1 << 64) - 1
+
+
+def _fmix64(x: int) -> int:
+    x ^= x >> 33
+    x = (x * 0xFF51AFD7ED558CCD) & _MASK
+    x ^= x >> 33
+    x = (x * 0xC4CEB9FE1A85EC53) & _MASK
+    x ^= x >> 33
+    return x
+
+
+def filters(ids, n: int, offsets, nfields: int, stride: int, bits: int) -> np.ndarray:
+    """The 64-bit filter of the region starting at each of ``offsets`` of ``ids[:n]``."""
+    ids = [int(x) for x in np.asarray(ids, dtype=np.uint64)]
+    n = min(n, len(ids))
+    fmask = (1 << bits) - 1
+    out = []
+    for off in np.asarray(offsets, dtype=np.int64).tolist():
+        f = 0
+        for i in range(nfields):
+            rs = off + i * stride
+            f = (f << bits) & _MASK
+            if rs < n:
+                f |= _fmix64(ids[min(rs + stride, n) - 1]) & fmask
+        out.append((f << (64 - nfields * bits)) & _MASK)
+    return np.array(out, dtype=np.uint64)
+
+
+def _prefix_mask(k: int, bits: int) -> int:
+    if k <= 0:
+        return 0
+    if k * bits >= 64:
+        return _MASK
+    return _MASK ^ (_MASK >> (k * bits))
+
+
+def _range(flts: list, qf: int, k: int, bits: int) -> tuple[int, int]:
+    m = _prefix_mask(k, bits)
+    fmin = qf & m
+    return bisect.bisect_left(flts, fmin), bisect.bisect_right(flts, fmin | (_MASK ^ m))
+
+
+def max_potential(filters_sorted, qf: int, nfields: int, stride: int, bits: int):
+    """``(L, lo, hi)``: the largest match potential of ``qf`` over the sorted filters
+    (ExistsMatch, Algorithm 1, literally) and the index range of the filters reaching it."""
+    flts = [int(x) for x in filters_sorted]
+    if not flts:
+        return 0, 0, 0
+
+    def exists(L):
+        lo, hi = _range(flts, qf, L // stride, bits)
+        return lo < hi
+
+    lo, hi = 0, nfields * stride
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if exists(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    k = lo // stride
+    L = nfields * stride if k >= nfields else (k + 1) * stride - 1
+    a, b = _range(flts, qf, k, bits)
+    return L, a, b
+
+
+_MAX_SEG = 0xFFFFFFFF
+_ENTRY_BYTES, _POSTING_BYTES, _SLOT_BYTES = 32, 12, 4     # the compiled layout's sizes
+
+
+class _Entry:
+    __slots__ = ("off", "visible", "next_state", "refine_state", "items", "cap")
+
+    def __init__(self, off, visible):
+        self.off, self.visible = off, visible
+        self.next_state = self.refine_state = NONE
+        self.items: list[tuple[int, int]] = []    # sorted by (filter, -seg)
+        self.cap = 0                              # the compiled posting array's capacity
+
+
+class RoutingDirectory:
+    """The compiled directory's pure-Python reference (dicts and lists, one lock).
+
+    The same API, answers, errors and byte accounting (``nbytes``/``used_bytes``
+    follow the compiled table's and posting arrays' growth rules); :meth:`dump`
+    and :meth:`load` use the same arrays, so a snapshot of either loads in the other.
+    """
+
+    def __init__(self):
+        self._d: dict[int, _Entry] = {}
+        self._lock = threading.Lock()
+        self._cap_ent, self._n_slots = 64, 128
+        self._n_post = self._post_bytes = 0
+
+    # ---- accounting of the compiled layout (under the lock) -----------------
+    def _create(self, key: int, off: int, visible: bool) -> _Entry:
+        if (len(self._d) + 1) * 2 > self._n_slots:
+            self._n_slots *= 2
+        if len(self._d) == self._cap_ent:
+            self._cap_ent *= 2
+        e = self._d[key] = _Entry(int(off) & 0xFFFFFFFF, bool(visible))
+        return e
+
+    def _add(self, e: _Entry, filt: int, seg: int, replace: bool) -> None:
+        for i, (f, s) in enumerate(e.items):
+            if -s == seg:
+                if not replace or f == filt:
+                    return
+                del e.items[i]
+                self._n_post -= 1
+                break
+        if len(e.items) == e.cap:
+            cap = 1 if e.cap == 0 else (e.cap * 2 if e.cap < 64 else e.cap + e.cap // 2)
+            self._post_bytes += (cap - e.cap) * _POSTING_BYTES
+            e.cap = cap
+        bisect.insort(e.items, (filt, -seg))
+        self._n_post += 1
+
+    # ---- mutation -------------------------------------------------------------
+    def upsert(self, key, off, filt, seg, visible_if_new):
+        key, filt, seg = int(key), int(filt), int(seg)
+        if seg > _MAX_SEG:
+            raise OverflowError(f"segment id {seg} does not fit the 32-bit posting reference")
+        with self._lock:
+            e = self._d.get(key)
+            if e is None:
+                e = self._create(key, off, visible_if_new)
+            # items hold (filter, -seg): ascending order is filter up, segment id down
+            self._add(e, filt, seg, True)
+            return len(e.items), e.visible, e.next_state, e.refine_state
+
+    def set_state(self, key, next_state=-1, refine_state=-1):
+        with self._lock:
+            e = self._d.get(int(key))
+            if e is not None:
+                if next_state >= 0:
+                    e.next_state = next_state
+                if refine_state >= 0:
+                    e.refine_state = refine_state
+        if e is None:
+            raise KeyError(key)
+
+    def publish(self, keys, offs, filts, segs, flip_keys, parent, which):
+        keys, offs = np.asarray(keys, np.uint64).tolist(), np.asarray(offs).tolist()
+        filts, segs = np.asarray(filts, np.uint64).tolist(), np.asarray(segs, np.uint64).tolist()
+        if not len(offs) == len(filts) == len(segs) == len(keys):
+            raise ValueError("publish: keys, offs, filts and segs differ in length")
+        for s in segs:
+            if s > _MAX_SEG:
+                raise OverflowError(f"segment id {s} does not fit the 32-bit posting reference")
+        with self._lock:
+            for k, o, f, s in zip(keys, offs, filts, segs):
+                e = self._d.get(k)
+                if e is None:
+                    e = self._create(k, o, True)
+                e.visible = True
+                self._add(e, f, s, False)
+            for k in np.asarray(flip_keys, np.uint64).tolist():
+                if k in self._d:
+                    self._d[k].visible = True
+            p = self._d.get(int(parent))
+            if p is not None:
+                if which == 0:
+                    p.next_state = LIVE
+                else:
+                    p.refine_state = LIVE
+
+    # ---- queries ----------------------------------------------------------------
+    def info(self, key):
+        with self._lock:
+            e = self._d.get(int(key))
+            if e is None:
+                return None
+            return e.off, len(e.items), e.visible, e.next_state, e.refine_state
+
+    def postings(self, key):
+        with self._lock:
+            e = self._d.get(int(key))
+            if e is None:
+                raise KeyError(key)
+            return (np.array([f for f, _ in e.items], dtype=np.uint64),
+                    np.array([-s for _, s in e.items], dtype=np.uint64))
+
+    def plan(self, keys, qfilters, offsets, qlen, nfields, stride, bits, filtering, limit):
+        keys = np.asarray(keys, np.uint64).tolist()
+        offsets = np.asarray(offsets, np.int64).tolist()
+        qfilters = np.asarray(qfilters, np.uint64).tolist()
+        if len(qfilters) < len(keys) and filtering:
+            raise ValueError("plan: fewer query filters than keys")
+        if len(offsets) < len(keys):
+            raise ValueError("plan: fewer offsets than keys")
+        with self._lock:
+            for j, k in enumerate(keys):
+                e = self._d.get(k)
+                if e is not None and e.visible and e.items:
+                    items = list(e.items)
+                    break
+            else:
+                return -1, np.empty(0, np.uint64), np.empty(0, np.int64), 0, 0
+        n = len(items)
+        m = n if limit <= 0 else min(limit, n)
+        if not filtering:
+            segs = sorted((-s for _, s in items), reverse=True)[:m]
+            return j, np.array(segs, np.uint64), np.full(len(segs), qlen, np.int64), n, n
+        flts = [f for f, _ in items]
+        qf = qfilters[j]
+        L, lo, hi = max_potential(flts, qf, nfields, stride, bits)
+        kstar = L // stride
+        out, pots, prev = [], [], None
+        for k in range(kstar, -1, -1):
+            a, b = _range(flts, qf, k, bits)
+            pot = qlen if k >= nfields else min(offsets[j] + (k + 1) * stride - 1, qlen)
+            idx = range(a, b) if prev is None else list(range(a, prev[0])) + list(range(prev[1], b))
+            for i in idx:
+                out.append(-items[i][1])
+                pots.append(pot)
+            prev = (a, b)
+        return (j, np.array(out[:m], np.uint64), np.array(pots[:m], np.int64), n, hi - lo)
+
+    def route(self, qw, probe_desc, nfields, stride, bits, filtering, limit):
+        """:meth:`plan` for the query window ``qw`` (probe points = the offsets of
+        ``probe_desc`` below ``len(qw)``), as the compiled ``route``."""
+        q = np.ascontiguousarray(qw, dtype=np.uint64)
+        pd = np.ascontiguousarray(probe_desc, dtype=np.int64)
+        if len(pd) > 256:
+            raise ValueError("route: more than 256 routing points per window")
+        qlen = len(q)
+        offs = pd[pd < qlen] if qlen else pd[:0]
+        if len(offs) == 0:
+            return -1, np.empty(0, np.uint64), np.empty(0, np.int64), 0, 0
+        qf = filters(q, qlen, offs, nfields, stride, bits) if filtering else \
+            np.zeros(len(offs), np.uint64)
+        return self.plan(q[offs], qf, offs, qlen, nfields, stride, bits, filtering, limit)
+
+    def dump(self):
+        with self._lock:
+            keys = list(self._d)
+            es = [self._d[k] for k in keys]
+            ent = [i for i, e in enumerate(es) for _ in e.items]
+            return {"keys": np.array(keys, np.uint64), "offs": np.array([e.off for e in es], np.uint32),
+                    "visible": np.array([e.visible for e in es], np.bool_),
+                    "next_state": np.array([e.next_state for e in es], np.uint8),
+                    "refine_state": np.array([e.refine_state for e in es], np.uint8),
+                    "sizes": np.array([len(e.items) for e in es], np.int64),
+                    "entry": np.array(ent, np.int64),
+                    "filters": np.array([f for e in es for f, _ in e.items], np.uint64),
+                    "segs": np.array([-s for e in es for _, s in e.items], np.uint64)}
+
+    def load(self, keys, offs, visible, next_state, refine_state, sizes, filters, segs):
+        keys, offs = np.asarray(keys, np.uint64).tolist(), np.asarray(offs).tolist()
+        visible, sizes = np.asarray(visible).tolist(), np.asarray(sizes, np.int64).tolist()
+        next_state, refine_state = np.asarray(next_state).tolist(), np.asarray(refine_state).tolist()
+        fl, sg = np.asarray(filters, np.uint64).tolist(), np.asarray(segs, np.uint64).tolist()
+        with self._lock:
+            if self._d:
+                raise ValueError("load: the directory is not empty")
+            if not (len(offs) == len(visible) == len(next_state) == len(refine_state)
+                    == len(sizes) == len(keys)):
+                raise ValueError("load: entry arrays differ in length")
+            if sum(sizes) != len(fl) or len(fl) != len(sg):
+                raise ValueError("load: posting arrays do not match the entry sizes")
+            if sg and max(sg) > _MAX_SEG:
+                raise OverflowError("load: a segment id does not fit the 32-bit posting reference")
+            c = 0
+            for k, o, v, ns, rs, n in zip(keys, offs, visible, next_state, refine_state, sizes):
+                e = self._create(k, o, bool(v))
+                e.next_state, e.refine_state = ns, rs
+                e.items = [(fl[i], -sg[i]) for i in range(c, c + n)]
+                e.cap = n
+                self._n_post += n
+                self._post_bytes += n * _POSTING_BYTES
+                c += n
+
+    def check(self):
+        with self._lock:
+            for i, e in enumerate(self._d.values()):
+                if e.items != sorted(e.items):
+                    raise AssertionError(f"entry {i} unsorted")
+                if len({s for _, s in e.items}) != len(e.items):
+                    raise AssertionError(f"entry {i} lists a segment twice")
+        return True
+
+    @property
+    def n_entries(self):
+        return len(self._d)
+
+    @property
+    def n_postings(self):
+        return self._n_post
+
+    @property
+    def nbytes(self):
+        """Bytes the compiled directory would allocate: entry array, hash table, posting arrays."""
+        return self._cap_ent * _ENTRY_BYTES + self._n_slots * _SLOT_BYTES + self._post_bytes
+
+    @property
+    def used_bytes(self):
+        """Bytes the live state needs in the compiled layout (no spare capacity)."""
+        return len(self._d) * _ENTRY_BYTES + self._n_slots * _SLOT_BYTES \
+            + self._n_post * _POSTING_BYTES
+
+    def __len__(self):
+        return len(self._d)
