@@ -60,12 +60,11 @@ def test_default_mode_runs_every_compiled_module():
     """Without PREFIXBENCH_PURE every hot path is the compiled twin (a broken build
     must fail here, not run slowly)."""
     from prefixbench import blockids
-    from prefixbench.plugins import blockhash, radix, sarp, segment_hash, segments
+    from prefixbench.plugins import blockhash, radix, sarp
     assert twins.IMPLEMENTATION == "cython" and blockids.COMPILED
-    for mod, handle in ((radix, radix._radix), (blockhash, blockhash._blockhash),
-                        (sarp, sarp._sarp), (segments, segments._segments),
-                        (segment_hash, segment_hash._segment_hash)):
-        assert type(handle).__name__ == "module" and handle.__file__.endswith(".so"), mod
+    for name in COMPILED_MODULES:
+        impl = twins.load(name)
+        assert twins.is_compiled(impl) and impl.__file__.endswith(".so"), name
     assert radix.RadixTree is not radix.RadixTreePy
     assert blockhash.BlockHashTable is not blockhash.BlockHashTablePy
     assert sarp.RoutingDirectory is not sarp.RoutingDirectoryPy
