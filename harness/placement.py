@@ -167,7 +167,6 @@ class Row:
     recompute: float            # expected recompute, blocks (positions)
     kept: float                 # share of the dense hit kept
     size: int = 0               # positions up to the deepest evaluated hit (per entry: most kept)
-    notes: str = ""
 
 
 @dataclass
@@ -390,7 +389,7 @@ def format_frontier(fr: Frontier, budgets) -> str:
         verdict = "-" if fx is None else ("dp <= it" if dp.recompute <= fx.recompute + 1e-9
                                          else "dp worse")
         cmp_rows.append((m, f"{dp.recompute:.3f}", f"{dp.ckpt_per_entry:.2f}",
-                         f"{fx.policy} ({fx.ckpt_per_entry:.2f})" if fx else "-",
+                         f"{fx.policy} [{fx.size}] ({fx.ckpt_per_entry:.2f})" if fx else "-",
                          f"{fx.recompute:.3f}" if fx else "-", verdict,
                          f"{pe.policy} ({pe.ckpt_per_entry:.2f})" if pe else "-",
                          f"{pe.recompute:.3f}" if pe else "-",
@@ -399,7 +398,7 @@ def format_frontier(fr: Frontier, budgets) -> str:
         lines += ["", "dp against the best heuristic within budget M (fixed positions - block, "
                   "uniform, geometric - with at most M positions up to the deepest hit; per entry, as they "
                   "are - end, boundary - at most M on every entry):",
-                  format_table(("M", "dp R", "dp ckpt", "best fixed (ckpt)", "its R", "",
+                  format_table(("M", "dp R", "dp ckpt", "best fixed [positions] (ckpt)", "its R", "",
                                 "best per-entry (ckpt)", "its R", "dp/entry R"), cmp_rows)]
     eq = equal_r(fr)
     if eq:
