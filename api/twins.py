@@ -56,7 +56,8 @@ IMPLEMENTATION = "pure-python" if PURE else "cython"
 
 def compiled(name: str):
     """The compiled module ``name`` (e.g. ``"prefixbench.plugins._radix"``), or None in
-    pure-Python mode; a :class:`ConfigError` line when it is not built."""
+    pure-Python mode; a :class:`ConfigError` line when it is not built.  Modules with a
+    twin call :func:`load`, which returns the reference instead of None."""
     if PURE:
         return None
     try:
