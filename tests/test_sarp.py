@@ -34,7 +34,7 @@ from prefixbench.workloads.synthetic import make_synthetic
 
 from engine_support import ENGINE_NAMES, Stores
 
-_sarp = twins.load("prefixbench.plugins._sarp")        # compiled (reference with PREFIXBENCH_PURE=1)
+_sarp = twins.load("prefixbench.plugins._sarp")      # the reference with PREFIXBENCH_PURE=1
 _sarp_ref = twins.reference("prefixbench.plugins._sarp")
 RoutingDirectory, RoutingDirectoryPy = _sarp.RoutingDirectory, _sarp_ref.RoutingDirectory
 filters_py, max_potential_py = _sarp_ref.filters, _sarp_ref.max_potential
