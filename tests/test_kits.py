@@ -172,3 +172,16 @@ def test_kit_fails_sloppy_strategies_where_they_are_wrong(tmp_path):
     assert "test_answers_against_the_oracle" in failed["TestOneTooMany"]
     assert failed["TestNoLog"] == {"test_inserts_after_the_snapshot_are_not_lost"}
     assert outcome["TestGood"]["test_bad_option_values_are_one_line"] == "PASSED"
+
+
+def test_kits_import_pytest_and_hypothesis_only_when_used():
+    """The package and its plugins never load the kits; the strategy kit loads
+    hypothesis only when a property test runs."""
+    code = ("import sys, prefixbench\n"
+            "prefixbench.get_registry().get('strategy', 'radix')\n"
+            "assert 'pytest' not in sys.modules, 'pytest'\n"
+            "assert not any(m.endswith('.conformance') for m in sys.modules), 'kit'\n"
+            "import prefixbench.plugins.conformance, prefixbench.engines.conformance\n"
+            "assert 'hypothesis' not in sys.modules, 'hypothesis'\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
