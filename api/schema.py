@@ -292,10 +292,11 @@ def version_of(metadata: dict) -> int:
         raise SchemaError(f"schema version {v!r} is not a number") from None
 
 
-def check_version(metadata: dict, where: str = "suite") -> int:
+def check_version(metadata: dict) -> int:
+    """The version, or one line refusing a version this prefixbench does not know."""
     v = version_of(metadata)
     if v < 0 or v > SCHEMA_VERSION:
-        raise SchemaError(f"{where}: result schema version {v} is unknown (this prefixbench "
+        raise SchemaError(f"result schema version {v} is unknown (this prefixbench "
                           f"reads versions 0-{SCHEMA_VERSION}); upgrade prefixbench")
     return v
 

@@ -332,6 +332,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--repeats", type=int, default=5, help="best of (default: %(default)s)")
     from prefixbench.harness import servers
     servers.add_parser(sub, COMMANDS)
+    from prefixbench.harness import reporting      # report, plot; compare --html/--fail-above
+    reporting.add_commands(sub, COMMANDS)
     return parser
 
 

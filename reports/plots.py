@@ -1,0 +1,153 @@
+"""The paper's figure forms, drawn with matplotlib from plain data (no result objects).
+
+- ``bars``: grouped bars, one group per category (workload, setting), one bar
+  per series (strategy); error bars are the min-max over repeats around the
+  median; a log axis when the positive values span more than a decade.
+- ``stacked``: one bar per category, one segment per series (phases of a
+  latency breakdown, stages of recovery).
+- ``lines``: one line per series over numeric or ordered x (budget sweep,
+  thread scaling, restore time against object count).
+The paper's values are black diamonds (a range is a vertical bar between two
+diamonds) at the category and series they belong to.
+"""
+from __future__ import annotations
+
+import io
+import math
+from dataclasses import dataclass, field
+
+from prefixbench.reports import style
+
+
+@dataclass
+class Series:
+    label: str
+    #: one (median, low, high) per category, None where this series has no value
+    points: list
+
+
+@dataclass
+class Panel:
+    kind: str                 # bars, stacked, lines
+    title: str
+    ylabel: str
+    categories: list
+    series: list
+    xlabel: str = ""
+    #: (category index, series index or None, low, high, label)
+    paper: list = field(default_factory=list)
+    log: bool | None = None   # None: decide from the data
+
+
+def spans_decade(values) -> bool:
+    pos = [v for v in values if v and v > 0]
+    return len(pos) > 1 and max(pos) / min(pos) > 10
+
+
+def _values(panel: Panel) -> list:
+    out = [p[0] for s in panel.series for p in s.points if p]
+    out += [x for m in panel.paper for x in (m[2], m[3])]
+    return out
+
+
+def _bars(ax, panel: Panel, stacked: bool) -> None:
+    n = max(len(panel.series), 1)
+    xs = list(range(len(panel.categories)))
+    width = 0.8 if stacked else 0.8 / n
+    bottom = [0.0] * len(xs)
+    for i, s in enumerate(panel.series):
+        med = [p[0] if p else 0.0 for p in s.points]
+        if stacked:
+            pos = xs
+        else:
+            pos = [x - 0.4 + width * (i + 0.5) for x in xs]
+        lo = [max(p[0] - p[1], 0) if p else 0 for p in s.points]
+        hi = [max(p[2] - p[0], 0) if p else 0 for p in s.points]
+        ax.bar(pos, med, width, bottom=bottom if stacked else None, label=s.label,
+               color=style.colour(i), hatch=style.hatch(i), edgecolor="white", linewidth=0.5,
+               yerr=None if stacked or not any(lo + hi) else [lo, hi], capsize=2,
+               error_kw={"elinewidth": 0.8})
+        if stacked:
+            bottom = [b + m for b, m in zip(bottom, med)]
+    for ci, si, low, high, _ in panel.paper:
+        x = ci if stacked or si is None else ci - 0.4 + width * (si + 0.5)
+        ax.plot([x, x], [low, high], color=style.PAPER_COLOUR, linewidth=1.2)
+        ax.plot([x] * (1 if low == high else 2), [low] if low == high else [low, high],
+                style.PAPER_MARKER, color=style.PAPER_COLOUR, markersize=4)
+    ax.set_xticks(xs)
+    tilt = len(xs) > 3 or any(len(str(c)) > 14 for c in panel.categories)
+    ax.set_xticklabels(panel.categories, rotation=25 if tilt else 0,
+                       ha="right" if tilt else "center", fontsize=7 if tilt else None)
+
+
+def _lines(ax, panel: Panel) -> None:
+    xs = list(range(len(panel.categories)))
+    numeric = all(isinstance(c, (int, float)) for c in panel.categories)
+    x_of = (lambda i: panel.categories[i]) if numeric else (lambda i: i)
+    for i, s in enumerate(panel.series):
+        pts = [(x_of(j), p) for j, p in enumerate(s.points) if p]
+        if not pts:
+            continue
+        x = [a for a, _ in pts]
+        med = [p[0] for _, p in pts]
+        ax.errorbar(x, med, yerr=[[p[0] - p[1] for _, p in pts], [p[2] - p[0] for _, p in pts]],
+                    marker="o", markersize=3.5, capsize=2, label=s.label, color=style.colour(i),
+                    linewidth=1.4)
+    for ci, _, low, high, _ in panel.paper:
+        x = x_of(ci)
+        ax.plot([x, x], [low, high], color=style.PAPER_COLOUR, linewidth=1.2)
+        ax.plot([x] * (1 if low == high else 2), [low] if low == high else [low, high],
+                style.PAPER_MARKER, color=style.PAPER_COLOUR, markersize=4)
+    if not numeric:
+        ax.set_xticks(xs)
+        ax.set_xticklabels([str(c) for c in panel.categories])
+
+
+def draw(panels: list, fmt: str = "png", title: str = "") -> bytes:
+    """The panels side by side as one image (``png`` or ``svg``) in memory."""
+    style.apply()
+    import matplotlib.pyplot as plt
+    n = max(len(panels), 1)
+    fig, axes = plt.subplots(1, n, figsize=(min(4.2 * n, 13), 3.4), squeeze=False)
+    try:
+        for ax, panel in zip(axes[0], panels):
+            if panel.kind == "lines":
+                _lines(ax, panel)
+            else:
+                _bars(ax, panel, panel.kind == "stacked")
+            log = panel.log if panel.log is not None else spans_decade(_values(panel))
+            if log and all(v > 0 for v in _values(panel) if v is not None) and _values(panel):
+                ax.set_yscale("log")
+            ax.set_title(panel.title)
+            ax.set_ylabel(panel.ylabel)
+            if panel.xlabel:
+                ax.set_xlabel(panel.xlabel)
+            handles, labels = ax.get_legend_handles_labels()
+            if panel.paper:
+                from matplotlib.lines import Line2D
+                handles.append(Line2D([], [], marker=style.PAPER_MARKER, linestyle="-",
+                                      color=style.PAPER_COLOUR, markersize=4))
+                labels.append("paper")
+            if labels:
+                ax.legend(handles, labels, loc="best")
+        if title:
+            fig.suptitle(title)
+        fig.tight_layout()
+        buf = io.BytesIO()
+        fig.savefig(buf, format=fmt)
+        return buf.getvalue()
+    finally:
+        plt.close(fig)
+
+
+def point(reading) -> tuple | None:
+    """``(median, low, high)`` of a schema reading, None when absent or not finite."""
+    if reading is None or not reading.values:
+        return None
+    m = reading.median
+    return None if m is None or (isinstance(m, float) and math.isnan(m)) else (
+        m, reading.low, reading.high)
+
+
+def scaled(p: tuple | None, factor: float) -> tuple | None:
+    return None if p is None else tuple(x * factor for x in p)
