@@ -12,7 +12,8 @@ it is atomic for readers and across a crash of the client or the server.
 Decisions where the issue is silent:
 
 - The store directory (``StoreConfig.path``) holds ``redis-store.json``: the
-  namespace (random, made on create) and the url.  It is the store's identity:
+  namespace (random, made on create) and the url without its password (give
+  the password again with ``url=``).  It is the store's identity:
   ``create=False`` opens the namespace recorded there, and a directory without
   it is "no store here", as for the embedded engines.  Two stores on one
   server never share keys.
@@ -91,20 +92,22 @@ def is_local(url: str) -> bool:
     return parts.scheme == "unix" or parts.hostname in ("127.0.0.1", "localhost", "::1")
 
 
-def server_error(where: str, exc: BaseException, action: str = "") -> StoreError:
+def server_error(where: str, exc: BaseException, action: str = "",
+                 oom_note: str = "") -> StoreError:
     """One line for what the server or the network said, naming the url (``where``)."""
     redis = import_binding("redis", "redis", INSTALL)
     ex = redis.exceptions
     msg = " ".join(str(exc).split())
     low = msg.lower()
     doing = f" ({action})" if action else ""
-    if isinstance(exc, ex.AuthenticationError) or "wrongpass" in low or "invalid password" in low:
-        text = "authentication failed: wrong password or user (AUTH refused)"
-    elif "noauth" in low:
+    oom_outcome = oom_note or "the batch was not applied"
+    if "noauth" in low or "authentication required" in low or "already authenticated" in low:
         text = "the server needs a password: give it in url=redis://:PASSWORD@host:port"
-    elif "oom command not allowed" in low or low.startswith("oom"):
-        text = ("server is out of memory (maxmemory reached, OOM): the batch was not applied; "
-                "raise the server's maxmemory or free memory")
+    elif isinstance(exc, ex.AuthenticationError) or "wrongpass" in low or "invalid password" in low:
+        text = "authentication failed: wrong password or user (AUTH refused)"
+    elif isinstance(exc, ex.OutOfMemoryError) or "maxmemory" in low:
+        text = (f"server is out of memory (maxmemory reached, OOM): {oom_outcome}; "
+                f"raise the server's maxmemory or free memory")
     elif isinstance(exc, ex.TimeoutError):
         text = f"no answer in time{doing}: {msg}"
     elif isinstance(exc, ex.ConnectionError):
@@ -175,7 +178,7 @@ def open_namespace(config: StoreConfig, engine: str, env: str, default: str):
         raise ConfigError(f"option url: {redact(str(url))!r} is not a redis:// or unix:// url")
     if meta is not None:
         return path, url, meta["namespace"], None
-    recorded = url if urlsplit(url).password is None else None
+    recorded = redact(url).replace(":***@", "@").replace("//@", "//")
     new = {"engine": engine, "namespace": secrets.token_hex(8), "url": recorded}
     return path, url, new["namespace"], new
 

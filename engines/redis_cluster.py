@@ -186,6 +186,16 @@ class RedisClusterStore(SegmentStore):
                 more = f" and {len(gaps) - 4} more ranges" if len(gaps) > 4 else ""
                 raise StoreError(f"{self.where}: slots {shown}{more} are not served by any "
                                  f"node (cluster_state fail); every slot must be covered")
+            info = seed.execute_command("CLUSTER INFO")
+            if isinstance(info, bytes):
+                info = info.decode()
+            if isinstance(info, str):
+                info = dict(ln.split(":", 1) for ln in info.split() if ":" in ln)
+            if str(info.get("cluster_state", "ok")).strip() != "ok":
+                raise StoreError(f"{self.where}: cluster_state {info.get('cluster_state')} "
+                                 f"({info.get('cluster_slots_fail', '?')} slots on failed "
+                                 f"nodes, {info.get('cluster_slots_ok', '?')} ok); every slot "
+                                 f"must be served")
         finally:
             seed.close()
         nodes = set()

@@ -6,12 +6,21 @@ installs it and must prove these tests ran.
 """
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 
 import pytest
 
 from prefixbench.harness import servers
+
+def _stop_leftovers() -> None:
+    """A test process never leaves a server behind, whatever ended it."""
+    for pid in list(servers._CHILDREN):
+        servers.stop_pid(pid, timeout=10)
+
+
+atexit.register(_stop_leftovers)
 
 PACKAGE_LINE = "redis-server not installed: apt-get install redis-server (Debian package redis-server)"
 
