@@ -586,6 +586,11 @@ def cli(args, quiet: bool) -> int:
     if what == "bench":
         if args.repeats < 1:
             raise ConfigError(f"option --repeats: {args.repeats} must be >= 1")
+        from prefixbench import twins
+        if not twins.is_compiled(P.impl):
+            raise ConfigError("placement bench times the compiled solver; with "
+                              f"{twins.ENV_VAR}=1 it would run the O(N^2*M) reference "
+                              "(hours at N = 100,000): unset it")
         with progress(len(BENCH_N) * len(BENCH_M) * args.repeats, "placement bench", quiet,
                       unit="solve") as bar:
             rows = bench(repeats=args.repeats, progress=bar.update)

@@ -350,6 +350,7 @@ def test_cli_frontier_saves_depths_that_solve_reads(run_cli, tmp_path):
     one_line_error(code, err, "--save-depths")
 
 
+@pytest.mark.compiled
 def test_cli_bench_prints_the_table(run_cli, monkeypatch):
     monkeypatch.setattr(H, "BENCH_N", (100, 200))
     monkeypatch.setattr(H, "BENCH_M", (2,))
@@ -361,6 +362,12 @@ def test_cli_bench_prints_the_table(run_cli, monkeypatch):
     assert "ratio to N/2" in out
     code, _, err = run_cli("-q", "placement", "bench", "--repeats", "0")
     one_line_error(code, err, "--repeats")
+
+
+def test_cli_bench_refuses_the_pure_reference(run_cli, monkeypatch):
+    monkeypatch.setattr(P, "impl", ref)
+    code, _, err = run_cli("-q", "placement", "bench")
+    one_line_error(code, err, "PREFIXBENCH_PURE=1", "reference")
 
 
 def test_cli_placement_without_subcommand_is_one_line(run_cli):
