@@ -228,7 +228,6 @@ def frontier(depths: Depths, budgets=DEFAULT_BUDGETS, policies=DEFAULT_POLICIES,
     def in_span(pos):      # positions an evaluated hit can reach
         return int(np.searchsorted(pos, span_eval, side="right"))
 
-    pooled_dp: dict[int, np.ndarray] = {}
     for pol in pols:
         k = pol.kind
         if k == "block":
@@ -250,7 +249,6 @@ def frontier(depths: Depths, budgets=DEFAULT_BUDGETS, policies=DEFAULT_POLICIES,
                     pos, _ = P.impl.solve(w_fit, min(m, len(w_fit) - 1))
                 else:
                     pos = np.empty(0, dtype=np.int64)
-                pooled_dp[m] = pos
                 add("dp", m, np.searchsorted(pos, n_e, side="right").mean(),
                     P.resume_points(hdi, pos), len(pos))
                 ent_e, ent_p, counts = _per_entry_dp(depths, fit, m, pos)
