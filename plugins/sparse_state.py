@@ -23,8 +23,10 @@ fit), ``replan_every`` (K).  Decisions where the issue is silent:
   deepest checkpoint its own preceding match returned): states before it were
   never computed by this request;
 * ``dp`` keeps a pooled histogram of the exact match depths its ``match``
-  calls saw and re-solves it every K inserts; before its first plan it keeps
-  the ``end`` state (nothing is known yet);
+  calls saw and re-solves it every K inserts (default 16: a solve over a few
+  thousand positions costs well under a millisecond, and until the first plan
+  every insert keeps its ``end`` state, the costly part); before its first
+  plan it keeps the ``end`` state (nothing is known yet);
 * ``boundary`` checkpoints the end of the prompt matched just before an insert
   of the same sequence (on the same thread) and the end of the sequence:
   the turn boundaries the request stream shows.
@@ -64,7 +66,7 @@ class SparseStateStrategy(IndexStrategy):
                                "overrides budget"),
         "model": Option("positions", "model preset pricing a checkpoint",
                         choices=tuple(sorted(MODELS))),
-        "replan_every": Option(64, "dp re-solves its histogram every K inserts", min=1,
+        "replan_every": Option(16, "dp re-solves its histogram every K inserts", min=1,
                                max=1 << 30),
         "initial_blocks": Option(1024, "tree pool slots allocated up front", min=1, max=1 << 40),
     }
