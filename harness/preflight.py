@@ -19,7 +19,7 @@ blocks), times margins:
   the ``memory`` engine keeps that store in RAM instead;
 * in memory, each strategy's own state per block (the ``radix`` oracle's node
   table ~36 B, ``dram-blockhash`` 24 B / table load 0.7, sarp's routing
-  directory ~2 B), the counting pass's block-hash table, the workload
+  directory ~2 B), the counting pass's sorted arrays of seen blocks, the workload
   stream's live contexts (8 B per block at worst), the replay's per-request
   arrays, the engine cache, and the interpreter's baseline.
 
@@ -68,7 +68,7 @@ MEMORY_BYTES_PER_BLOCK = {
     "segment-hash": 0.0,
 }
 DEFAULT_MEMORY_BYTES_PER_BLOCK = 64.0
-#: the counting pass's block-hash table (8-byte keys, 1-byte values, growth doubling)
+#: the counting pass: sorted uint64 arrays of the blocks seen, 8 B per block and about 17 while the two largest merge
 COUNTING_BYTES_PER_BLOCK = 24.0
 #: the synthetic stream's live per-session contexts, at worst every block once
 STREAM_BYTES_PER_BLOCK = 8.0
