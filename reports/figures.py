@@ -35,6 +35,8 @@ class Comparison:
     note: str = ""
     #: True/False, or None for context only (conditions differ too much to judge)
     judged: bool = True
+    #: a fixed verdict for values this harness cannot measure (GPU TTFT, ...)
+    verdict: str = ""
 
     @property
     def met(self) -> bool | None:
@@ -51,6 +53,8 @@ class Comparison:
         return (f"{_num(lo)}{suffix}" if lo == hi else f"{_num(lo)}-{_num(hi)}{suffix}")
 
     def met_text(self) -> str:
+        if self.verdict:
+            return self.verdict
         if not self.ours:
             return "not run"
         if not self.judged:
@@ -175,21 +179,26 @@ def fig6(results, paper, opts):
 
 
 def table3(results, paper, opts):
-    rs = [r for r in results if r.kind in ("sweep-strategies", "run", "sweep-space")
+    rs = [r for r in results if r.kind in ("sweep-strategies", "run")
           and any(x.name == "hit-rate-loss" for x in r.readings)]
     if not rs:
         return None
     cats = _workload_labels(rs)
-    settings = [s for s in _ordered_settings(rs, 1)] or [None]
-    if not _ordered_settings(rs, 1):
-        settings = [None]
-    series = []
-    for s in settings:
-        series.append(Series(s or rs[0].strategy(None),
-                             [scaled(point(r.get("hit-rate-loss", s, 1)), 100) for r in rs]))
+    own = [[s for s in r.settings(1) if s is not None] or [None] for r in rs]
+    names = []
+    for r, ss in zip(rs, own):
+        for s in ss:
+            if (s or r.strategy(None)) not in names:
+                names.append(s or r.strategy(None))
+
+    def find(r, ss, name):
+        s = next((x for x in ss if (x or r.strategy(None)) == name), "missing")
+        return None if s == "missing" else r.get("hit-rate-loss", s, 1)
+    series = [Series(n, [scaled(point(find(r, ss, n)), 100) for r, ss in zip(rs, own)])
+              for n in names]
     rows, ours = [], []
-    for r, cat in zip(rs, cats):
-        for s in settings:
+    for r, cat, ss in zip(rs, cats, own):
+        for s in ss:
             h, o, loss = (r.get(n, s, 1) for n in ("token-hit-rate", "oracle-hit-rate",
                                                      "hit-rate-loss"))
             fh = r.get("false-hits", s, 1)
@@ -198,10 +207,10 @@ def table3(results, paper, opts):
                          cell(fh, lambda v: f"{v:.0f}")))
             if (s or r.strategy(None)) == "sarp" and loss is not None:
                 ours.append(loss.median * 100)
-    sarp_i = next((i for i, s in enumerate(settings) if (s or "") == "sarp"), None)
+    sarp_i = names.index("sarp") if "sarp" in names else None
     pvs = paper.find("table3")
-    marks = [(ci, sarp_i, pv.low, pv.high, "paper") for pv in pvs for ci in range(len(cats))
-             if sarp_i is not None]
+    marks = [(ci, sarp_i, pv.low, pv.high, "paper") for pv in pvs for ci, (r, ss) in
+             enumerate(zip(rs, own)) if sarp_i is not None and find(r, ss, "sarp")]
     comps = [Comparison(pv, ours) for pv in pvs]
     comps += [Comparison(pv, ours) for pv in paper.find("headline", measure="hit-rate-loss")]
     return FigureOut("table3", "Token hit rate and loss against the exact oracle",
@@ -607,6 +616,20 @@ def range_restore(results, paper, opts):
             paths.append(x.params.get("path"))
     get = {(x.params.get("path"), x.params.get("point")): x for x in rest}
     series = [Series(p, [point(get.get((p, q))) for q in points]) for p in paths]
+    rel = []
+    for p in paths:
+        base = get.get((p, points[0]))
+        rel.append(Series(p, [tuple(v / base.median for v in point(get[(p, q)]))
+                              if base and (p, q) in get else None for q in points]))
+    ttft = {(v.series, v.dataset): v.low for v in paper.find("table3", measure="ttft")}
+    rel_marks = []
+    if points and ("range", points[0]) in ttft:          # our points are the paper's
+        for series_name in ("range", "stock cufile"):
+            b = ttft.get((series_name, points[0]))
+            for ci, q in enumerate(points):
+                if b and (series_name, q) in ttft:
+                    v = ttft[(series_name, q)] / b
+                    rel_marks.append((ci, None, v, v, f"paper {series_name}"))
     rows = []
     for p in paths:
         for q in points:
@@ -630,7 +653,12 @@ def range_restore(results, paper, opts):
             comps.append(Comparison(pv, [finest], "ours: stripes path, finest over coarsest "
                                                   "plain point", judged=True))
         else:
-            comps.append(Comparison(pv, [], "GPU TTFT: compare the shape row instead"))
+            comps.append(Comparison(pv, [], "GPU TTFT: compare the shapes in the notes",
+                                    verdict="shape only"))
+    for pv in paper.find("table3", measure="ttft"):
+        if pv.series in ("range", "stock cufile"):
+            comps.append(Comparison(pv, [], "GPU TTFT through cuFile and vLLM, not measured "
+                                            "here", verdict="shape only"))
     notes = []
     table3 = {(v.series, v.dataset): v.low for v in paper.find("table3", measure="ttft")}
     rng = [table3[("range", d)] for d in ("n192", "n768", "n3072", "n6144") if ("range", d) in table3]
@@ -656,8 +684,11 @@ def range_restore(results, paper, opts):
             pass
     return FigureOut("range", "Payload restore time against object count, per path",
                      "Range Fig. 1 / Table 3 (section 5.1)",
-                     [Panel("lines", "restore time", "seconds", points, series,
-                            xlabel="objects (n<N>) or layerwise", log=False)],
+                     [Panel("lines", "(a) restore time", "seconds", points, series,
+                            xlabel="objects (n<N>) or layerwise", log=False),
+                      Panel("lines", f"(b) relative to {points[0]} (shape)", "ratio", points,
+                            rel, xlabel="objects (n<N>) or layerwise", paper=rel_marks,
+                            log=False)],
                      ("path", "point", "restore", "read calls", "÷ seq"), rows, rs, comps,
                      notes)
 

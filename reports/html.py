@@ -55,7 +55,8 @@ def _td(c) -> str:
 
 
 def _met_cell(text: str):
-    cls = {"met": "met", "missed": "missed", "context": "context"}.get(text, "notrun")
+    cls = {"met": "met", "missed": "missed", "context": "context",
+           "shape only": "context"}.get(text, "notrun")
     return ("class", f'<td class="{cls}">{esc(text)}</td>')
 
 
@@ -173,9 +174,11 @@ def render(figures, results, papers, title: str = "prefixbench report") -> str:
            f"{esc(papers['sarp'].conditions.get('threads'))}; "
            f"{esc(papers['sarp'].conditions.get('engine'))}; cache "
            f"{esc(papers['sarp'].conditions.get('cache_rule'))}; "
-           f"{esc(papers['sarp'].conditions.get('scale'))}. Met: inside the paper's range, or "
-           "within 25% of a single value; context: our scale or threads differ too much to "
-           "judge.</p>"]
+           f"{esc(papers['sarp'].conditions.get('scale'))}. Met: at least as good as the paper's "
+           "least favourable value where the measure has a direction (a loss at most, a "
+           "speedup at least), otherwise inside its range or within 25% of a single value; "
+           "context: our scale or threads differ too much to judge; shape only: the paper's "
+           "seconds are GPU time-to-first-token, compared by shape.</p>"]
     for f in figures:
         out.append(f'<section id="{esc(f.id)}"><h2>{esc(f.id)}: {esc(f.title)} '
                    f"<small>({esc(f.paper_ref)})</small></h2>")
