@@ -17,7 +17,9 @@ Names
     each place they are written today (``throughput_rps`` in the metadata,
     ``ops_per_s`` in the CSV and the reciprocal of ``replay-time-per-request``
     are all ``request-throughput``), so suites written before the schema read
-    the same as new ones.
+    the same as new ones.  ``workload describe`` and ``crashtest`` write no
+    suite today; their ``--json`` keys are mapped too (``workload-*``,
+    ``crash-*``, :func:`from_json`), ready for their writers.
 
 Units
     ``seconds``, ``count``, ``bytes``, ``ratio`` (a plain number, 1 = equal),
@@ -90,6 +92,8 @@ class Figure:
     csv: tuple = ()
     #: a benchmark whose values give this figure as their reciprocal
     reciprocal_of: str = ""
+    #: keys of today's ``--json`` outputs (crashtest rows, workload describe) for it
+    json: tuple = ()
 
     @property
     def pyperf_unit(self) -> str:
@@ -134,6 +138,39 @@ def _recovery():
              ("rebuild", "rebuilding the in-memory index"),
              ("index", "load + init + deserialize + rebuild: the paper's recovery time"))
     return [Figure(f"recovery-{n}", "seconds", "recovery", m, "lower") for n, m in parts]
+
+
+def _describe():
+    """``workload describe``: a workload's characteristics (its ``--json`` keys)."""
+    return [Figure(f"workload-{n}", unit, "workload", m, json=(key,)) for n, unit, key, m in (
+        ("sessions", "count", "sessions", "sessions of the workload"),
+        ("turns", "count", "turns", "turns (requests) of the workload"),
+        ("inserted-tokens", "count", "inserted_tokens", "tokens inserted over the replay"),
+        ("unique-blocks", "count", "unique_blocks", "unique blocks the replay indexes"),
+        ("mean-prompt-tokens", "count", "mean_prompt_tokens", "mean prompt tokens per request"),
+        ("exact-hit-rate", "ratio", "exact_hit_rate", "token hit rate of exact matching"),
+        ("spans", "count", "spans", "256-token spans measured"),
+        ("span-alternatives-mean", "count", "span_alternatives_mean",
+         "mean alternatives per span"),
+        ("candidates-per-routing-entry", "count", "candidates_per_routing_entry",
+         "mean posting-list size at a base routing point"),
+        ("next-block-rule-out", "ratio", "next_block_rule_out",
+         "share of candidates one more routing point rules out (paper Fig. 3)"))]
+
+
+def _crashtest():
+    """``crashtest``: one row per engine and strategy (its summary keys)."""
+    return [Figure(f"crash-{n}", "count", "correctness", m, better, json=(key,))
+            for n, key, m, better in (
+                ("kill-points", "iterations", "random kill points tried", ""),
+                ("killed", "killed", "children killed mid-replay", ""),
+                ("acked-inserts", "acked", "acknowledged inserts checked after recovery", ""),
+                ("blocks-checked", "checked_blocks", "blocks checked after recovery", ""),
+                ("lost-inserts", "lost", "acknowledged inserts not matchable after recovery",
+                 "lower"),
+                ("false-matches", "false", "matches returning a block never inserted",
+                 "lower"),
+                ("recovery-failures", "recovery_failures", "recoveries that failed", "lower"))]
 
 
 #: every figure, exact names first, patterns last
@@ -212,7 +249,10 @@ FIGURES: tuple = tuple([
     Figure("hit-rate-equal", "flag", "correctness", "1 when the hit rate after recovery "
            "equals the one before", "higher", metadata=(("hit_rate_equal", 1.0),)),
     Figure("span-share-gt3", "ratio", "workload", "share of 256-token spans with more than "
-           "three alternatives (paper section 3.2)", metadata=(("span_share_gt3", 1.0),)),
+           "three alternatives (paper section 3.2)", metadata=(("span_share_gt3", 1.0),),
+           json=("span_share_gt3",)),
+    *_describe(),
+    *_crashtest(),
     Figure("cap-recovery-ratio", "ratio", "conditions", "capped tree's recovery over sarp's "
            "under the cap rule (paper: 0.96-1.96)", metadata=(("cap_recovery_ratio", 1.0),)),
     # patterns
@@ -428,6 +468,12 @@ def read(suite_or_readings, name: str, setting: str | None = None,
     hits = [r for r in rs if r.name == name and r.setting == setting
             and (threads is None or r.threads == threads)]
     return min(hits, key=lambda r: r.threads) if hits else None
+
+
+def from_json(doc: dict) -> dict:
+    """A ``--json`` output's keys (describe, a crashtest row) as ``{schema name: value}``."""
+    return {f.name: float(doc[k]) for f in FIGURES for k in f.json
+            if isinstance(doc.get(k), (int, float)) and not isinstance(doc.get(k), bool)}
 
 
 def from_csv_row(row: dict) -> dict:

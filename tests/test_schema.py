@@ -69,6 +69,13 @@ def test_metadata_and_csv_names_map_onto_the_schema():
     assert got["hit-rate-loss"] == 0 and got["false-hits"] == 0
 
 
+def test_describe_and_crashtest_keys_have_schema_names():
+    got = schema.from_json({"sessions": 40, "span_share_gt3": 0.2, "lost": 0, "false": 0,
+                            "recovery_failures": 1, "workload": "codeact"})
+    assert got == {"workload-sessions": 40.0, "span-share-gt3": 0.2, "crash-lost-inserts": 0.0,
+                   "crash-false-matches": 0.0, "crash-recovery-failures": 1.0}
+
+
 def test_throughput_is_the_reciprocal_of_replay_time_when_the_metadata_lacks_it():
     rs = schema.readings(_suite(_bench("replay-time-per-request", [0.002, 0.004])))
     r = schema.read(rs, "request-throughput")
