@@ -636,7 +636,8 @@ def range_restore(results, paper, opts):
             x = get.get((p, q))
             seq = get.get(("seq", q))
             calls = r.get(f"read-calls-{p}-{q}")
-            rows.append((p, q, cell(x, fmt_seconds), cell(calls, lambda v: f"{v:,.0f}"),
+            rows.append((p, q, _object_size(r, p, q), cell(x, fmt_seconds),
+                         cell(calls, lambda v: f"{v:,.0f}"),
                          f"{x.median / seq.median:.2f}x" if x and seq and p != "seq" else "-"))
     plain = [q for q in points if q != "layerwise"]
     comps = []
@@ -689,8 +690,21 @@ def range_restore(results, paper, opts):
                       Panel("lines", f"(b) relative to {points[0]} (shape)", "ratio", points,
                             rel, xlabel="objects (n<N>) or layerwise", paper=rel_marks,
                             log=False)],
-                     ("path", "point", "restore", "read calls", "÷ seq"), rows, rs, comps,
+                     ("path", "point", "object size", "restore", "read calls", "÷ seq"), rows,
+                     rs, comps,
                      notes)
+
+
+def _object_size(r, path, q) -> str:
+    """Bytes per logical object: bytes read per restore over the object count."""
+    if q == "layerwise":
+        try:
+            return str(json.loads(r.common().get("config", "{}")).get("layer_object", "-"))
+        except ValueError:
+            return "-"
+    b = r.get(f"bytes-read-{path}-{q}")
+    n = int(q[1:]) if q.startswith("n") and q[1:].isdigit() else 0
+    return fmt_bytes(b.median / n) if b and n else "-"
 
 
 # ---------------------------------------------------------------- serving view

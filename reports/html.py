@@ -90,7 +90,6 @@ def caption(results) -> list:
         if "cap_fraction" in md:
             cap += f" (cap_fraction {md['cap_fraction']:.4g}, recovery ratio " \
                    f"{md.get('cap_recovery_ratio', 0):.2f}x)"
-        threads = cfg.get("threads") or r.threads()
         lines.append((r.label, [
             ("command", "prefixbench " + str(md.get("prefixbench_argv", "?"))),
             ("commit", str(md.get("git_commit", "?"))[:12]),
@@ -101,7 +100,7 @@ def caption(results) -> list:
             ("scale", f"{md.get('scale', cfg.get('scale', '-'))}"
                       + (f", {md['paper_fraction']:.3g} of the paper size"
                          if "paper_fraction" in md else "")),
-            ("threads", ", ".join(map(str, threads)) if isinstance(threads, list) else threads),
+            ("threads", _threads(cfg, r)),
             ("implementation", md.get("prefixbench_impl", "?")),
             ("files", ", ".join(r.files)),
         ]))
@@ -114,6 +113,55 @@ def _caption_html(results) -> str:
         out.append(f"<div><b>{esc(label)}</b>: " + "; ".join(
             f"{esc(k)} <code>{esc(v)}</code>" for k, v in items) + "</div>")
     return "".join(out)
+
+
+def _threads(cfg: dict, r) -> str:
+    t = r.threads() if len(r.threads()) > 1 else (cfg.get("threads") or r.threads())
+    return ", ".join(map(str, t)) if isinstance(t, (list, tuple)) else str(t)
+
+
+def conditions(results, paper) -> list:
+    """(condition, the paper's, ours) for what differs between the paper's runs and ours."""
+    mds = [r.first() for r in results]
+    cfgs = [_config(md) for md in mds]
+
+    def ours(fn):
+        vals = []
+        for md, cfg, r in zip(mds, cfgs, results):
+            v = fn(md, cfg, r)
+            if v and v not in vals:
+                vals.append(v)
+        return "; ".join(vals) or "-"
+    pc = paper.conditions
+    rows = [("machine", pc.get("machine", "-"), ours(lambda md, c, r: machine(md)))]
+    if paper.key == "sarp":
+        rows += [
+            ("scale", pc.get("scale", "-"), ours(lambda md, c, r: (
+                f"{md.get('scale', c.get('scale', '-'))}"
+                + (f" ({md['paper_fraction']:.3g} of the paper size)" if "paper_fraction" in md
+                   else "")
+                + (f", {float(md['unique_block_entries']):.3g} entries"
+                   if "unique_block_entries" in md else "")))),
+            ("threads", pc.get("threads", "-"), ours(lambda md, c, r: "request threads "
+                                                     + _threads(c, r))),
+            ("engine", pc.get("engine", "-"), ours(lambda md, c, r: f"{md.get('engine', 'none')}"
+                                                   + (" direct I/O" if c.get("direct_io") else "")
+                                                   + (f", durability {c['durability']}"
+                                                      if c.get("durability") else ""))),
+            ("cache", pc.get("cache_rule", "-"), ours(lambda md, c, r: (
+                f"{c.get('cache_rule')} rule, {int(md['cache_bytes']):,} B"
+                if md.get("cache_bytes") is not None and c.get("cache_rule")
+                else (f"{int(md['cache_bytes']):,} B" if md.get("cache_bytes") is not None
+                      else "")))),
+            ("repeats", pc.get("repeats", "-"), ours(lambda md, c, r: f"{md.get('repeats', 1)}"
+                                                     if "repeats" in md else "")),
+        ]
+    else:
+        rows += [("stack", pc.get("stack", "-"), "no GPU: payload restores from the store"),
+                 ("payload", pc.get("payload", "-"), ours(lambda md, c, r: (
+                     f"{c.get('payload')}, stripes {c.get('stripe')}, cache {c.get('cache')}"
+                     if c.get("payload") else "")))]
+    return rows
 
 
 def comparison_rows(comps) -> list:
@@ -188,6 +236,9 @@ def render(figures, results, papers, title: str = "prefixbench report") -> str:
         if f.comparisons:
             out.append("<h3>The paper beside ours</h3>")
             out.append(table(COMPARISON_HEADER, comparison_rows(f.comparisons), "paper"))
+            pk = "range" if f.id == "range" else "sarp"
+            out.append(table(("condition", "paper", "ours"), conditions(f.results, papers[pk]),
+                             "conditions"))
         if f.notes:
             out.append('<div class="notes">' + "".join(f"<p>{esc(n)}</p>" for n in f.notes)
                        + "</div>")

@@ -126,6 +126,9 @@ def test_paper_values_stand_beside_every_figure_the_paper_quantifies(report):
         if quantified:
             assert tables, fid
             assert len(tables[0].findall(".//tbody/tr")) >= len(quantified), fid
+            cond = [t for t in s.findall(".//table") if t.get("class") == "conditions"]
+            rows = ["".join(cond[0].find(".//tbody/tr/td").itertext())] if cond else []
+            assert rows == ["machine"], fid             # the conditions that differ, first row
 
 
 def test_small_report_with_chosen_figures(results, run_cli, tmp_path):
