@@ -48,7 +48,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import threading
 from urllib.parse import urlsplit, urlunsplit
 
 from prefixbench.engines.base import (SCAN_CHUNK, SegmentStore, StoreConfig, allocated_bytes,
@@ -274,11 +273,14 @@ class RedisStore(SegmentStore):
             self._client.ping()
             self._check_server()
         except self._ex.RedisError as e:
+            self._client.close()
             raise server_error(self.where, e, "opening the store") from None
+        except BaseException:
+            self._client.close()
+            raise
         if marker is not None:
             write_marker(self.path, marker)
         self._scan_script = self._client.register_script(SCAN_LUA)
-        self._lock = threading.Lock()
 
     def _check_server(self):
         try:

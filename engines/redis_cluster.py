@@ -25,7 +25,10 @@ again.  While a spanning batch is being applied, a reader in another client
 may see part of it.  Completing a journal entry repeats its puts and
 deletes, which is only right if nothing newer touched those keys: hence one
 writing process per store (threads of that process are serialised by a
-lock around ``write``).
+lock around ``write``), and a store is opened again only once its writer
+is gone (opening completes whatever the journal holds).  A left journal
+field that ``close`` cannot delete (the cluster is down) stays for the
+next open, which repeats that batch harmlessly.
 
 Durability.  As ``redis``: ``sync`` needs ``appendonly yes`` +
 ``appendfsync always`` on every node, and in addition every write waits for
@@ -256,12 +259,15 @@ class RedisClusterStore(SegmentStore):
         except Exception:     # noqa: BLE001 - the next round retries; the deadline raises
             pass
 
-    def _run_blocks(self, blocks, action: str, oom_note: str = ""):
+    def _run_blocks(self, blocks, action: str, oom_note: str = "", retry_s: float | None = None):
         """Run ``[(routing_key, [commands])]``, each as MULTI/EXEC in its key's slot, nodes in
-        parallel, ``WAIT`` per node under sync; blocks that met a topology error are retried."""
+        parallel, ``WAIT`` per node under sync; blocks that met a topology error are retried
+        for ``retry_s`` (default: the ``retry_seconds`` option)."""
         ex = self._ex
         pending = list(blocks)
-        deadline = time.monotonic() + self._retry_s
+        retry_s = self._retry_s if retry_s is None else retry_s
+        deadline = time.monotonic() + retry_s
+        fatal = None
         attempt, last = 0, None
         while pending:
             by_node: dict = {}
@@ -316,8 +322,11 @@ class RedisClusterStore(SegmentStore):
                     if err is None:
                         continue
                     if not self._retryable(err):
-                        raise server_error(f"{self.where} node {node.name}", err, action,
-                                           oom_note)
+                        # read every other node's replies first: the connections go back
+                        # to their pools clean
+                        fatal = fatal or server_error(f"{self.where} node {node.name}", err,
+                                                      action, oom_note)
+                        continue
                     bad.append(blk)
                     last = err
                 if self._wait and not bad:
@@ -327,11 +336,13 @@ class RedisClusterStore(SegmentStore):
                         last = _Retry(f"no replica acknowledged the write within "
                                       f"{self._wait_ms} ms (WAIT {self._wait})")
                 failed += bad
+            if fatal is not None:
+                raise fatal
             if not failed:
                 return
             if time.monotonic() > deadline:
                 raise server_error(self.where, last, f"{action}; gave up after "
-                                   f"{self._retry_s} s of retries")
+                                   f"{retry_s} s of retries")
             attempt += 1
             time.sleep(min(0.05 * attempt, 0.5))
             self._refresh()
@@ -498,7 +509,7 @@ class RedisClusterStore(SegmentStore):
             if self._done_field is not None and self._unfinished is None:
                 self._rc = rc
                 self._run_blocks([(self._jkey, [("HDEL", self._jkey, self._done_field)])],
-                                 "closing")
+                                 "closing", retry_s=0)
                 self._done_field = None
         except Exception:     # noqa: BLE001 - a left field is completed at the next open
             pass

@@ -307,7 +307,9 @@ def _check_args(kind, port, appendfsync, masters, replicas):
         raise ConfigError(f"option --appendfsync: {appendfsync!r} is not one of "
                           f"{', '.join(APPENDFSYNC)}")
     n = masters * (1 + replicas)
-    if not 1 <= port or port + n - 1 + 10000 > 65535:
+    if kind == "redis" and not 1 <= port <= 65535:
+        raise ConfigError(f"option --port: {port} is not a port (1-65535)")
+    if kind == "redis-cluster" and (not 1 <= port or port + n - 1 + 10000 > 65535):
         raise ConfigError(f"option --port: {port} leaves no room for {n} node(s) and their "
                           f"cluster bus ports (port + 10000)")
     if kind == "redis-cluster" and (masters < 1 or replicas < 0):
@@ -467,8 +469,9 @@ def status_lines(work_dir: str) -> list[str]:
 
 
 # ---------------------------------------------------------------- the CLI
-def add_parser(sub) -> None:
-    """``prefixbench server redis|redis-cluster up|down|status``."""
+def add_parser(sub, commands: dict) -> None:
+    """``prefixbench server redis|redis-cluster up|down|status``, registered in ``commands``."""
+    commands["server"] = cmd_server
     p = sub.add_parser("server", help="start, stop or inspect a local redis-server or Redis Cluster",
                        description="Run a local redis-server (engine 'redis') or Redis Cluster "
                        "(engine 'redis-cluster') on 127.0.0.1 with a config file of its own under "

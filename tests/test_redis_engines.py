@@ -1,12 +1,27 @@
 """The redis and redis-cluster engines against real local servers."""
 from __future__ import annotations
 
+import json
+import os
+import random
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+
 import pytest
 
+from prefixbench.engines.base import StoreConfig
 from prefixbench.engines.conformance import EngineConformance
+from prefixbench.engines.conformance_child import batch_items, open_store, resolve_engine
 from prefixbench.engines.redis import RedisStore
 from prefixbench.engines.redis_cluster import RedisClusterStore
+from prefixbench.errors import ConfigError, MissingDependencyError, StoreError
+from prefixbench.harness import servers
 
+from redis_support import PACKAGE_LINE, need_redis, start
 from redis_support import cluster_always, redis_always  # noqa: F401 - fixtures
 
 
@@ -49,23 +64,6 @@ class TestRedisClusterOneBucket(EngineConformance):
 
 
 # ----- the server itself killed ------------------------------------------------------------
-
-import json
-import os
-import random
-import signal
-import socket
-import subprocess
-import sys
-import threading
-import time
-
-from prefixbench.engines.base import StoreConfig
-from prefixbench.engines.conformance_child import batch_items
-from prefixbench.errors import ConfigError, MissingDependencyError, StoreError
-from prefixbench.harness import servers
-
-from redis_support import PACKAGE_LINE, need_redis, start
 
 
 def _acks(path) -> list[int]:
@@ -119,7 +117,6 @@ def _server_kill_rounds(server, engine, options, tmp_path, rounds=2, seed=77):
         acked = _acks(ack)
         assert acked == list(range(len(acked)))
         server.start()
-        from prefixbench.engines.conformance_child import open_store, resolve_engine
         store = open_store(resolve_engine(engine), path, **{**config, "create": False})
         try:
             _check_batches(store, seed, acked, f"round {rnd}")
@@ -169,7 +166,6 @@ def test_cluster_failover_keeps_every_acknowledged_write(tmp_path):
                 replicas=1, node_timeout_ms=1000)
     seed = 91
     try:
-        from prefixbench.engines.redis_cluster import RedisClusterStore
         cfg = StoreConfig(path=str(tmp_path / "store"), durability="sync",
                           options={"url": srv.url, "retry_seconds": 60, "socket_timeout": 5})
         store = RedisClusterStore(cfg)
@@ -260,7 +256,6 @@ def _one_line(e, *parts):
 
 def test_refused_connection(tmp_path):
     need_redis()
-    from prefixbench.engines.redis import RedisStore
     port = servers.free_port()
     url = f"redis://127.0.0.1:{port}/0"
     with pytest.raises(StoreError) as e:
@@ -270,7 +265,6 @@ def test_refused_connection(tmp_path):
 
 
 def test_wrong_and_missing_password(tmp_path):
-    from prefixbench.engines.redis import RedisStore
     srv = start("redis", tmp_path / "srv", password="right-one")
     try:
         port = srv.nodes[0].port
@@ -295,7 +289,6 @@ def test_wrong_and_missing_password(tmp_path):
 
 
 def test_durability_the_server_cannot_keep(tmp_path):
-    from prefixbench.engines.redis import RedisStore
     no_aof = start("redis", tmp_path / "a", aof=False)
     lazy = start("redis", tmp_path / "b", appendfsync="no")
     try:
@@ -321,7 +314,6 @@ def test_durability_the_server_cannot_keep(tmp_path):
 
 
 def test_out_of_memory_is_surfaced_and_loses_nothing(tmp_path):
-    from prefixbench.engines.redis import RedisStore
     srv = start("redis", tmp_path / "srv",
                 settings={"maxmemory": "3mb", "maxmemory-policy": "noeviction"})
     try:
@@ -343,7 +335,6 @@ def test_out_of_memory_is_surfaced_and_loses_nothing(tmp_path):
 
 def test_cluster_with_uncovered_slots(tmp_path):
     import redis
-    from prefixbench.engines.redis_cluster import RedisClusterStore
     srv = start("redis-cluster", tmp_path / "srv", masters=3, replicas=0)
     try:
         seed = srv.nodes[0]
@@ -361,7 +352,6 @@ def test_cluster_with_uncovered_slots(tmp_path):
 
 
 def test_cluster_sync_without_replicas_and_standalone_url(tmp_path, redis_always):
-    from prefixbench.engines.redis_cluster import RedisClusterStore
     srv = start("redis-cluster", tmp_path / "srv", masters=3, replicas=0, appendfsync="always")
     try:
         with pytest.raises(ConfigError) as e:
@@ -378,8 +368,6 @@ def test_cluster_sync_without_replicas_and_standalone_url(tmp_path, redis_always
 
 
 def test_bad_options_name_the_option(tmp_path, redis_always):
-    from prefixbench.engines.redis import RedisStore
-    from prefixbench.engines.redis_cluster import RedisClusterStore
     with pytest.raises(ConfigError, match="'colour'"):
         RedisStore(StoreConfig(path=str(tmp_path / "a"), options={"colour": "x"}))
     with pytest.raises(ConfigError, match="option url"):
@@ -392,7 +380,6 @@ def test_bad_options_name_the_option(tmp_path, redis_always):
 
 
 def test_missing_redis_py_names_the_extra(tmp_path, monkeypatch):
-    from prefixbench.engines.redis import RedisStore
     monkeypatch.setitem(sys.modules, "redis", None)
     with pytest.raises(MissingDependencyError) as e:
         RedisStore(StoreConfig(path=str(tmp_path / "s")))
@@ -401,7 +388,7 @@ def test_missing_redis_py_names_the_extra(tmp_path, monkeypatch):
 
 
 def test_missing_redis_server_skips_locally_and_fails_under_ci(monkeypatch):
-    monkeypatch.setattr(shutil_mod(), "which", lambda name: None)
+    monkeypatch.setattr(shutil, "which", lambda name: None)
     monkeypatch.delenv("CI", raising=False)
     with pytest.raises(pytest.skip.Exception) as e:
         need_redis()
@@ -411,11 +398,6 @@ def test_missing_redis_server_skips_locally_and_fails_under_ci(monkeypatch):
         need_redis()
     with pytest.raises(MissingDependencyError, match="apt-get install redis-server"):
         servers.redis_server_binary()
-
-
-def shutil_mod():
-    import shutil
-    return shutil
 
 
 # ----- prefixbench server ----------------------------------------------------------------------
@@ -447,7 +429,6 @@ def test_server_cli_up_status_down(tmp_path, run_cli):
         assert f"url=redis://127.0.0.1:{port}/0" in out
         conf = (w / f"node-{port}" / "redis.conf").read_text()
         assert "appendfsync always" in conf and f"port {port}" in conf
-        from prefixbench.engines.redis import RedisStore
         s = RedisStore(StoreConfig(path=str(tmp_path / "s"), durability="sync",
                                    options={"url": f"redis://127.0.0.1:{port}/0"}))
         s.put(5, b"five")
@@ -466,3 +447,19 @@ def test_server_cli_up_status_down(tmp_path, run_cli):
     finally:
         run_cli("server", "redis", "down", "--dir", w, "--purge")
     assert not w.exists()
+
+
+@pytest.mark.parametrize("engine", ["redis", "redis-cluster"])
+def test_server_info_counts_this_store(engine, tmp_path, redis_always, cluster_always):
+    url = (redis_always if engine == "redis" else cluster_always).url
+    s = open_store(resolve_engine(engine), tmp_path / "s", options={"url": url})
+    try:
+        s.put_many((k << 50, b"x" * 100) for k in range(1000))
+        info = s.server_info()
+        assert info["entries"] == 1000 and info["used_memory"] > 0
+        assert s.logical_size() == (1000, 1000 * 108)
+        assert s.size_on_disk() > 100_000           # the AOF holds what was just written
+        s.drop()
+        assert s.server_info()["entries"] == 0 and list(s.scan()) == []
+    finally:
+        s.close()
