@@ -189,8 +189,10 @@ def cmd_compare(args, old, leftover=(), argv=(), quiet=False):
     if limit is not None:
         bad = compare.regressions(chs, limit)
         if bad:
+            bad.sort(key=lambda c: -c.regression)
+            more = f" and {len(bad) - 8} more (table above)" if len(bad) > 8 else ""
             print(f"prefixbench: compare: regressed by more than {limit:.1%}: "
                   + ", ".join(f"{c.label} {compare.fmt_change(c)} ({c.sig_text()})"
-                              for c in bad), file=sys.stderr)
+                              for c in bad[:8]) + more, file=sys.stderr)
             return 1
     return 0

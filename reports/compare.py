@@ -125,8 +125,8 @@ def panels(chs, a_label: str, b_label: str, top: int = 12) -> list:
             continue
         cats = [c.label + ("*" if c.significant else "") for c in group]
         out.append(Panel("bars", f"{unit} (* significant)", unit, cats, [
-            Series(f"A {a_label}", [(c.a.median, c.a.low, c.a.high) for c in group]),
-            Series(f"B {b_label}", [(c.b.median, c.b.low, c.b.high) for c in group])]))
+            Series(a_label, [(c.a.median, c.a.low, c.a.high) for c in group]),
+            Series(b_label, [(c.b.median, c.b.low, c.b.high) for c in group])]))
     return out
 
 

@@ -108,7 +108,10 @@ def draw(panels: list, fmt: str = "png", title: str = "") -> bytes:
     style.apply()
     import matplotlib.pyplot as plt
     n = max(len(panels), 1)
-    fig, axes = plt.subplots(1, n, figsize=(min(4.2 * n, 13), 3.4), squeeze=False)
+    # wide enough for every bar: about a third of an inch per bar, at least 4.2 per panel
+    width = sum(max(4.2, 0.33 * len(p.categories) * (max(len(p.series), 1) if p.kind == "bars"
+                                                    else 1)) for p in panels) or 4.2
+    fig, axes = plt.subplots(1, n, figsize=(min(width, 13), 3.6), squeeze=False)
     try:
         for ax, panel in zip(axes[0], panels):
             if panel.kind == "lines":
