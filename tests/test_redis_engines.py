@@ -463,3 +463,75 @@ def test_server_info_counts_this_store(engine, tmp_path, redis_always, cluster_a
         assert s.server_info()["entries"] == 0 and list(s.scan()) == []
     finally:
         s.close()
+
+
+def test_cluster_batch_cut_after_its_journal_write_is_completed_on_open(tmp_path, cluster_always,
+                                                                        monkeypatch):
+    """The writer dies between the journal write and the per-bucket transactions (or half
+    way through them): the next open completes the batch, in order, and empties the journal."""
+    cfg = StoreConfig(path=str(tmp_path / "s"), options={"url": cluster_always.url})
+    s = RedisClusterStore(cfg)
+    first = [(k << 56 | 7, b"first") for k in range(16)]           # 16 buckets
+    s.put_many(first)
+    second = [(k << 56 | 7, b"second-%d" % k) for k in range(8)] + [(9 << 56, b"new")]
+    calls = []
+    real = RedisClusterStore._apply
+
+    def dies_half_way(self, puts, deletes, action):
+        calls.append(len(puts))
+        real(self, puts[:3], deletes, action)             # three buckets made it
+        raise SystemExit("killed")                       # nothing after this line runs
+
+    monkeypatch.setattr(RedisClusterStore, "_apply", dies_half_way)
+    with pytest.raises(SystemExit):
+        s.write_items(second, [15 << 56 | 7])
+    monkeypatch.setattr(RedisClusterStore, "_apply", real)
+    assert calls == [len(second)]
+    assert s.get(5 << 56 | 7) == b"first"                 # the cut batch is half applied now
+    s._rc.close()                                         # the process is gone: no close()
+    again = RedisClusterStore(StoreConfig(path=str(tmp_path / "s"), create=False,
+                                          options={"url": cluster_always.url}))
+    try:
+        want = dict(first)
+        want.update(second)
+        del want[15 << 56 | 7]
+        assert dict(again.scan()) == want
+        assert again._rc.hlen(again._jkey) == 0
+    finally:
+        again.close()
+
+
+@pytest.mark.parametrize("engine", ["redis", "redis-cluster"])
+def test_engine_bench_reaches_the_server_through_the_environment(engine, tmp_path, monkeypatch,
+                                                                  redis_always, cluster_always):
+    """engine-bench takes no engine options: the url comes from the environment."""
+    from prefixbench.harness.enginebench import measure_engine
+    if engine == "redis":
+        monkeypatch.setenv("PREFIXBENCH_REDIS_URL", redis_always.url)
+    else:
+        monkeypatch.setenv("PREFIXBENCH_REDIS_CLUSTER_URL", cluster_always.url)
+    r = measure_engine(engine, str(tmp_path / "s"), n_keys=500, batch=8, repeat=1, sample=100)
+    assert r["get_s_per_key"] > 0 and r["get_many_s_per_key"] > 0
+    s = open_store(resolve_engine(engine), tmp_path / "s", create=False)
+    try:
+        assert len(list(s.scan())) == 500
+    finally:
+        s.close()
+
+
+def test_cluster_keys_spread_over_every_master(tmp_path, cluster_always):
+    import redis
+    s = RedisClusterStore(StoreConfig(path=str(tmp_path / "s"),
+                                      options={"url": cluster_always.url}))
+    try:
+        rng = random.Random(3)
+        s.put_many((rng.getrandbits(64), b"v") for _ in range(2000))
+        per_master = []
+        for node in s._rc.get_primaries():
+            r = redis.Redis(host=node.host, port=node.port)
+            per_master.append(len(list(r.scan_iter(match=f"{{pb:{s.namespace}:*"))))
+            r.close()
+        assert len(per_master) == 3 and min(per_master) > 0
+        assert sum(per_master) == 2 * 256           # a hash and a sorted set per bucket
+    finally:
+        s.close()
