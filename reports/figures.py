@@ -556,8 +556,16 @@ def fig7(results, paper, opts):
     if not rs:
         return None
     panels, rows = [], []
+    # one phase order and colour for both panels: the store first, what no phase claimed last
+    every = []
+    for r in rs:
+        for x in r.readings:
+            ph = x.params.get("phase")
+            if x.name.split("-time-")[0] in ("match", "insert") and ph and ph not in every:
+                every.append(ph)
+    every.sort(key=lambda p: (p != "storage", p == "rest"))
     for side in ("match", "insert"):
-        cats, phases, cols = [], [], []
+        cats, phases, cols = [], list(every), []
         for r in rs:
             for s in _ordered_settings([r], 1) or [None]:
                 ph = {x.params.get("phase"): x for x in r.readings if x.setting == s
@@ -566,9 +574,6 @@ def fig7(results, paper, opts):
                     continue
                 cats.append(f"{r.workload()}\n{s or r.strategy(None)}")
                 cols.append(ph)
-                for p in ph:
-                    if p not in phases:
-                        phases.append(p)
                 total = r.get(f"{side}-latency-mean", s, 1)
                 rows.append((r.workload(), s or r.strategy(None), side,
                              cell(total, lambda v: _us(v * US)),

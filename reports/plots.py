@@ -131,7 +131,9 @@ def draw(panels: list, fmt: str = "png", title: str = "") -> bytes:
                 handles.append(Line2D([], [], marker=style.PAPER_MARKER, linestyle="-",
                                       color=style.PAPER_COLOUR, markersize=4))
                 labels.append("paper")
-            if labels:
+            if labels and panel.kind == "stacked":
+                ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+            elif labels:
                 ax.legend(handles, labels, loc="best")
         if title:
             fig.suptitle(title)
