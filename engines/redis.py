@@ -40,6 +40,15 @@ Decisions where the issue is silent:
   AOF size, commands processed) and this namespace's entry count.
 - ``drop()`` deletes the namespace's keys (for temporary stores); closing
   never deletes anything.
+- ``layout=packed`` (with ``pack_bits=B``, default 16, fixed at create and
+  recorded in the directory) is the memory-saving layout worth measuring:
+  the values live in ``2**B`` small hashes chosen by the keys' top ``B`` bits
+  (``pb:NS:p:BUCKET``) and there is no sorted set.  Redis keeps a hash of up
+  to ``hash-max-listpack-entries`` (128) fields as one compact listpack, so
+  choose ``B`` near ``log2(entries / 100)``.  The ordered scan reads whole
+  buckets in key order (HGETALL, 256 per pipeline) and sorts each; a write
+  batch is still one MULTI/EXEC; ``get_many`` is one HMGET per bucket,
+  pipelined.
 - ``cache_bytes`` and ``direct_io`` have no meaning for a server (its memory
   is its own ``maxmemory``); they are accepted and ignored.
 """
@@ -67,6 +76,12 @@ local m = redis.call('ZRANGEBYLEX', KEYS[1], ARGV[1], ARGV[2], 'LIMIT', 0, tonum
 if #m == 0 then return {{}, {}} end
 return {m, redis.call('HMGET', KEYS[2], unpack(m))}
 """
+
+#: ``hash``: one hash of values + one sorted set of keys per store; ``packed``: the
+#: values in 2**pack_bits small hashes by the keys' top bits, no sorted set
+LAYOUTS = ("hash", "packed")
+#: buckets read per pipeline by a packed scan
+PACKED_SCAN_BUCKETS = 256
 
 #: what each durability mode needs of the server's AOF
 NEEDS = {"sync": ("always",), "async": ("everysec", "always"), "off": None}
@@ -164,22 +179,32 @@ def write_marker(path: str, meta: dict) -> None:
         os.close(fd)
 
 
-def open_namespace(config: StoreConfig, engine: str, env: str, default: str):
-    """``(path, url, namespace, new_marker)`` of the store at ``config.path``.
+def open_namespace(config: StoreConfig, engine: str, env: str, default: str,
+                   layout: dict | None = None):
+    """``(path, url, meta, new)`` of the store at ``config.path``.
 
-    ``new_marker`` is the marker to write once the server has been reached
-    (None when the store exists); a password is never written to it.
+    ``meta`` is the marker's content (namespace, url, the ``layout`` options
+    the store was created with); ``new`` says it still has to be written,
+    once the server has been reached.  A password is never written to it.
+    An explicit layout option that differs from the store's is one error.
     """
     path = prepare_store_dir(config.path, config.create, engine, MARKER)
     meta = read_marker(path, engine)
     url = config.options.get("url") or (meta or {}).get("url") or os.environ.get(env) or default
     if not isinstance(url, str) or urlsplit(url).scheme not in ("redis", "rediss", "unix"):
         raise ConfigError(f"option url: {redact(str(url))!r} is not a redis:// or unix:// url")
+    layout = dict(layout or {})
     if meta is not None:
-        return path, url, meta["namespace"], None
+        for key, value in layout.items():
+            had = meta.get(key, value)
+            if key in config.options and had != value:
+                raise ConfigError(f"option {key}: the {engine} store at {path} was created "
+                                  f"with {key}={had}, not {value}")
+            meta[key] = had
+        return path, url, meta, False
     recorded = redact(url).replace(":***@", "@").replace("//@", "//")
-    new = {"engine": engine, "namespace": secrets.token_hex(8), "url": recorded}
-    return path, url, new["namespace"], new
+    meta = {"engine": engine, "namespace": secrets.token_hex(8), "url": recorded, **layout}
+    return path, url, meta, True
 
 
 def pack_commands_and_read(conn, commands, ex) -> list:
@@ -257,15 +282,27 @@ class RedisStore(SegmentStore):
 
     def __init__(self, config: StoreConfig):
         super().__init__(config)
-        opts = check_options(self.name, config.options, {"url", "socket_timeout"})
+        opts = check_options(self.name, config.options,
+                             {"url", "socket_timeout", "layout", "pack_bits"})
         self._timeout = int_option(opts, "socket_timeout", 30, 1)
+        layout = opts.get("layout", "hash")
+        if layout not in LAYOUTS:
+            raise ConfigError(f"option layout: {layout!r} is not one of {', '.join(LAYOUTS)}")
+        bits = int_option(opts, "pack_bits", 16, 1)
+        if bits > 24:
+            raise ConfigError(f"option pack_bits: {bits} must be between 1 and 24")
         redis = import_binding(self.name, "redis", INSTALL)
         self._ex = redis.exceptions
-        self.path, self.url, self.namespace, marker = open_namespace(
-            config, self.name, URL_ENV, DEFAULT_URL)
+        self.path, self.url, meta, new = open_namespace(
+            config, self.name, URL_ENV, DEFAULT_URL, {"layout": layout, "pack_bits": bits})
+        self.namespace = meta["namespace"]
+        self.layout, self.pack_bits = meta["layout"], int(meta["pack_bits"])
+        self._packed = self.layout == "packed"
+        self._shift = 64 - self.pack_bits
         self.where = f"redis {redact(self.url)}"
         self._vkey = f"pb:{self.namespace}:v".encode()
         self._zkey = f"pb:{self.namespace}:k".encode()
+        self._pkey = f"pb:{self.namespace}:p:".encode()
         try:
             self._client = redis.Redis.from_url(self.url, socket_timeout=self._timeout,
                                                 socket_connect_timeout=self._timeout,
@@ -278,8 +315,8 @@ class RedisStore(SegmentStore):
         except BaseException:
             self._client.close()
             raise
-        if marker is not None:
-            write_marker(self.path, marker)
+        if new:
+            write_marker(self.path, meta)
         self._scan_script = self._client.register_script(SCAN_LUA)
 
     def _check_server(self):
@@ -309,15 +346,51 @@ class RedisStore(SegmentStore):
             raise server_error(self.where, e, action) from None
 
     # ----- primitives --------------------------------------------------
+    def _bucket_key(self, key: int) -> bytes:
+        return self._pkey + b"%x" % (key >> self._shift)
+
     def _get(self, key):
-        return self._call("get", self._client.hget, self._vkey, encode_key(key))
+        vkey = self._bucket_key(key) if self._packed else self._vkey
+        return self._call("get", self._client.hget, vkey, encode_key(key))
 
     def _get_many(self, keys):
-        return self._call("get_many", self._client.hmget, self._vkey,
-                          [encode_key(k) for k in keys])
+        if not self._packed:
+            return self._call("get_many", self._client.hmget, self._vkey,
+                              [encode_key(k) for k in keys])
+        groups: dict[bytes, list[int]] = {}
+        for i, k in enumerate(keys):
+            groups.setdefault(self._bucket_key(k), []).append(i)
+        pipe = self._client.pipeline(transaction=False)
+        for bkey, idx in groups.items():
+            pipe.hmget(bkey, [encode_key(keys[i]) for i in idx])
+        out = [None] * len(keys)
+        for idx, vals in zip(groups.values(), self._call("get_many", pipe.execute)):
+            for i, v in zip(idx, vals):
+                out[i] = v
+        return out
+
+    def _packed_commands(self, puts, deletes) -> list[tuple]:
+        """HSET per bucket (the last put of a key wins), then HDEL per bucket."""
+        cmds = []
+        last: dict[bytes, dict] = {}
+        for k, v in puts:
+            last.setdefault(self._bucket_key(k), {})[encode_key(k)] = v
+        for bkey, fields in last.items():
+            flat = []
+            for m, v in fields.items():
+                flat += (m, v)
+            cmds.append(("HSET", bkey, *flat))
+        gone: dict[bytes, set] = {}
+        for k in deletes:
+            gone.setdefault(self._bucket_key(k), set()).add(encode_key(k))
+        cmds += [("HDEL", bkey, *members) for bkey, members in gone.items()]
+        return cmds
 
     def _write(self, puts, deletes):
-        cmds = batch_commands(self._vkey, self._zkey, puts, deletes)
+        if self._packed:
+            cmds = self._packed_commands(puts, deletes)
+        else:
+            cmds = batch_commands(self._vkey, self._zkey, puts, deletes)
         if not cmds:
             return
         pool = self._client.connection_pool
@@ -339,8 +412,33 @@ class RedisStore(SegmentStore):
                            [lo_b, hi_b, SCAN_CHUNK])
         return decode_chunk(reply)
 
+    def _read_packed(self, lo, end):
+        """Whole buckets from ``lo``'s, HGETALL pipelined, until SCAN_CHUNK items or the end."""
+        items: list[tuple[int, bytes]] = []
+        b = lo >> self._shift
+        last = (1 << self.pack_bits) - 1 if end is None else (end - 1) >> self._shift
+        while b <= last and len(items) < SCAN_CHUNK:
+            top = min(last, b + PACKED_SCAN_BUCKETS - 1)
+            pipe = self._client.pipeline(transaction=False)
+            for x in range(b, top + 1):
+                pipe.hgetall(self._pkey + b"%x" % x)
+            for fields in self._call("scan", pipe.execute):
+                got = sorted((decode_key(m), v) for m, v in fields.items())
+                items += [(k, v) for k, v in got if k >= lo and (end is None or k < end)]
+            b = top + 1
+        return items
+
     def _scan(self, start, end):
+        if end is not None and end <= start:
+            return iter(())
+        if self._packed:
+            return chunked_scan(lambda lo: self._read_packed(lo, end), start, end)
         return chunked_scan(lambda lo: self._read_chunk(lo, end), start, end)
+
+    def _all_keys(self) -> list[bytes]:
+        if not self._packed:
+            return [self._vkey, self._zkey]
+        return [self._pkey + b"%x" % x for x in range(1 << self.pack_bits)]
 
     def _sync(self):
         self._call("sync", self._client.ping)
@@ -351,11 +449,22 @@ class RedisStore(SegmentStore):
                           lambda: self._client.info("persistence"), is_local(self.url))
 
     def logical_size(self) -> tuple[int, int]:
-        n = self._call("logical_size", self._client.hlen, self._vkey)
-        total = 0
+        n = total = 0
         for _k, v in self._scan(0, None):
+            n += 1
             total += 8 + len(v)
         return n, total
+
+    def _entries(self) -> int:
+        if not self._packed:
+            return self._call("info", self._client.hlen, self._vkey)
+        keys, n = self._all_keys(), 0
+        for i in range(0, len(keys), 4096):
+            pipe = self._client.pipeline(transaction=False)
+            for k in keys[i:i + 4096]:
+                pipe.hlen(k)
+            n += sum(self._call("info", pipe.execute))
+        return n
 
     def server_info(self) -> dict:
         """Server-side figures from INFO, and this namespace's entries (HLEN)."""
@@ -366,12 +475,14 @@ class RedisStore(SegmentStore):
                 "aof_enabled", "aof_current_size", "rdb_changes_since_last_save",
                 "total_commands_processed", "keyspace_hits", "keyspace_misses")
         out = {k: info[k] for k in keep if k in info}
-        out["entries"] = self._call("info", self._client.hlen, self._vkey)
+        out["entries"] = self._entries()
         return out
 
     def drop(self) -> None:
         """Delete this namespace's keys from the server (the directory stays)."""
-        self._call("drop", self._client.unlink, self._vkey, self._zkey)
+        keys = self._all_keys()
+        for i in range(0, len(keys), 4096):
+            self._call("drop", self._client.unlink, *keys[i:i + 4096])
 
     def _close(self):
         try:

@@ -44,6 +44,7 @@ Other choices as in :mod:`prefixbench.engines.redis` (the store directory's
 ``redis-store.json``, url precedence with ``$PREFIXBENCH_REDIS_CLUSTER_URL``
 and default ``redis://127.0.0.1:7000``, ``server_info``, ``drop``);
 ``size_on_disk`` sums the RDB and AOF files of every node, replicas included.
+``buckets`` is fixed when the store is created and recorded in its directory.
 """
 from __future__ import annotations
 
@@ -133,8 +134,13 @@ class RedisClusterStore(SegmentStore):
         self.buckets = nb
         redis = import_binding(self.name, "redis", INSTALL)
         self._redis, self._ex = redis, redis.exceptions
-        self.path, self.url, self.namespace, marker = open_namespace(
-            config, self.name, URL_ENV, DEFAULT_URL)
+        self.path, self.url, meta, new = open_namespace(
+            config, self.name, URL_ENV, DEFAULT_URL, {"buckets": nb})
+        self.namespace = meta["namespace"]
+        nb = int(meta["buckets"])
+        self._bits = nb.bit_length() - 1
+        self._shift = 64 - self._bits
+        self.buckets = nb
         self.where = f"redis-cluster {redact(self.url)}"
         self._wait = 1 if config.durability == "sync" else 0
         ns = self.namespace
@@ -153,8 +159,8 @@ class RedisClusterStore(SegmentStore):
                 self.url, socket_timeout=self._timeout, socket_connect_timeout=self._timeout,
                 require_full_coverage=True)
             self._scan_script = self._rc.register_script(SCAN_LUA)
-            if marker is not None:
-                write_marker(self.path, marker)
+            if new:
+                write_marker(self.path, meta)
             with self._wlock:
                 self._complete_journal()
         except self._ex.RedisError as e:

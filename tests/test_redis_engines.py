@@ -37,6 +37,20 @@ class TestRedis(EngineConformance):
         return {"options": {"url": redis_always.url}}
 
 
+class TestRedisPacked(EngineConformance):
+    """layout=packed: small hashes by the keys' top bits, no sorted set."""
+
+    kill_rounds = 1
+
+    @pytest.fixture
+    def engine_factory(self):
+        return RedisStore
+
+    @pytest.fixture
+    def engine_config(self, redis_always):
+        return {"options": {"url": redis_always.url, "layout": "packed", "pack_bits": 6}}
+
+
 class TestRedisCluster(EngineConformance):
     kill_rounds = 2
 
@@ -537,3 +551,35 @@ def test_cluster_keys_spread_over_every_master(tmp_path, cluster_always):
         assert sum(per_master) == 2 * 256 + 1
     finally:
         s.close()
+
+
+def test_layout_is_fixed_at_create(tmp_path, redis_always, cluster_always):
+    url = {"url": redis_always.url}
+    s = RedisStore(StoreConfig(path=str(tmp_path / "p"),
+                               options={**url, "layout": "packed", "pack_bits": 10}))
+    s.put_many((k << 54 | 1, b"%d" % k) for k in range(1024))
+    assert [k for k, _ in s.scan(5 << 54, 9 << 54)] == [k << 54 | 1 for k in range(5, 9)]
+    s.close()
+    again = RedisStore(StoreConfig(path=str(tmp_path / "p"), create=False, options=url))
+    assert (again.layout, again.pack_bits) == ("packed", 10)
+    assert again.get(77 << 54 | 1) == b"77" and again.server_info()["entries"] == 1024
+    again.drop()
+    assert again.server_info()["entries"] == 0
+    again.close()
+    with pytest.raises(ConfigError) as e:
+        RedisStore(StoreConfig(path=str(tmp_path / "p"), create=False,
+                               options={**url, "layout": "hash"}))
+    _one_line(e, "option layout", str(tmp_path / "p"), "layout=packed")
+    with pytest.raises(ConfigError, match="option layout"):
+        RedisStore(StoreConfig(path=str(tmp_path / "q"), options={**url, "layout": "zip"}))
+    c = RedisClusterStore(StoreConfig(path=str(tmp_path / "c"),
+                                      options={"url": cluster_always.url, "buckets": 4}))
+    c.put(1, b"one")
+    c.close()
+    c = RedisClusterStore(StoreConfig(path=str(tmp_path / "c"), create=False,
+                                      options={"url": cluster_always.url}))
+    assert c.buckets == 4 and c.get(1) == b"one"
+    c.close()
+    with pytest.raises(ConfigError, match="created with buckets=4"):
+        RedisClusterStore(StoreConfig(path=str(tmp_path / "c"), create=False,
+                                      options={"url": cluster_always.url, "buckets": 8}))
