@@ -44,6 +44,16 @@ Repeats
     A figure made from repeated runs keeps every run's value; :class:`Reading`
     gives the median with the min-max.
 
+Writers
+    What a writer adds to every benchmark's metadata: :func:`schema_metadata`
+    (the version), :func:`zero_metadata` of the figures whose value was 0,
+    and the machine under :data:`MACHINE_KEYS` (CPU model, cores, RAM, the
+    store's device), which reports print in every caption.  Benchmark names
+    and units stay as they are; a figure whose pyperf unit differs from
+    :attr:`Figure.pyperf_unit` (``memory-bytes-per-indexed-block`` is written
+    as ``integer``) is read the same, and a writer should switch to the
+    schema's.
+
 This module is pure: it reads any object shaped like a loaded
 ``pyperf.BenchmarkSuite`` (``get_benchmarks()``; each benchmark
 ``get_name()``, ``get_runs()``; each run ``values``, ``get_metadata()``) and
@@ -63,6 +73,9 @@ SCHEMA_VERSION = 1
 VERSION_KEY = "prefixbench_schema"
 #: metadata key listing benchmarks whose value was 0 (space-separated full names)
 ZEROS_KEY = "zero_figures"
+
+#: metadata keys naming the machine (CPU model, cores, RAM, the store's device)
+MACHINE_KEYS = ("cpu_model_name", "cpu_count", "mem_total", "store_device")
 
 #: schema unit -> pyperf unit
 PYPERF_UNIT = {"seconds": "second", "bytes": "byte", "count": "integer", "ratio": "integer",

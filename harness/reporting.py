@@ -98,8 +98,27 @@ def _ids(text: str | None, what: str) -> list | None:
 
 
 def _load_all(paths: list) -> list:
+    """Each result once: a directory stands for its ``.json`` files, and a result's two
+    files (``OUT.json``, ``OUT.counts.json``) name it once."""
     from prefixbench.reports import results
-    return [results.load(p) for p in paths]
+    files = []
+    for p in paths:
+        if os.path.isdir(p):
+            found = sorted(os.path.join(p, f) for f in os.listdir(p) if f.endswith(".json"))
+            if not found:
+                raise ConfigError(f"{p}: no .json result files in this directory")
+            files += found
+        else:
+            files.append(p)
+    out, seen = [], set()
+    for f in files:
+        key = os.path.abspath(results.pair(f)[0] if not f.endswith(".counts.json")
+                              else f[: -len(".counts.json")] + ".json")
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(results.load(f))
+    return out
 
 
 def _papers() -> dict:

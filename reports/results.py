@@ -158,10 +158,8 @@ def load(path: str) -> Result:
 
 def machine(md: dict) -> str:
     """The machine a result was measured on, from what its metadata records."""
-    parts = [str(md[k]) for k in ("cpu_model_name", "cpu_count", "mem_total", "store_device")
-             if k in md]
-    if md.get("cpu_count") and "cpu_model_name" in md:
-        parts[1] = f"{md['cpu_count']} cores"
+    labels = {"cpu_count": "{} cores", "mem_total": "{} RAM", "store_device": "store on {}"}
+    parts = [labels.get(k, "{}").format(md[k]) for k in schema.MACHINE_KEYS if k in md]
     return ", ".join(parts) if parts else "not recorded in the suite"
 
 

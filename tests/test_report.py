@@ -287,3 +287,30 @@ def test_report_renders_in_headless_chromium(report, tmp_path):
     flat = img[..., :3].reshape(-1, 3)
     assert flat.std(axis=0).max() > 0.05            # not one flat colour
     assert (flat.sum(axis=1) < 1.5).mean() > 0.001  # some dark pixels: text and bars drawn
+
+
+def test_a_directory_and_both_files_of_a_result_name_it_once(results, run_cli, tmp_path):
+    d = tmp_path / "outdir"
+    d.mkdir()
+    for name in ("strategies", "retrieval"):
+        src = results[name]
+        for f in (src, src[: -len(".json")] + ".counts.json"):
+            shutil.copy(f, d / os.path.basename(f))
+    out = tmp_path / "dir.html"
+    counts = str(d / "strategies.counts.json")
+    code, stdout, err = run_cli("report", d, counts, "-o", out)
+    assert code == 0, err
+    text = open(out, encoding="utf-8").read()
+    assert "from 2 result(s)" in text
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    code, _, err = run_cli("report", empty, "-o", out)
+    one_line_error(code, err, "no .json result files")
+
+
+def test_the_caption_names_the_machine_when_the_suite_records_it():
+    from prefixbench.reports.results import machine
+    md = {"cpu_model_name": "Xeon Gold 6330", "cpu_count": 56, "mem_total": "751 GiB",
+          "store_device": "Samsung 980 PRO"}
+    assert machine(md) == "Xeon Gold 6330, 56 cores, 751 GiB RAM, store on Samsung 980 PRO"
+    assert machine({}) == "not recorded in the suite"
