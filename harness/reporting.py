@@ -196,7 +196,8 @@ def cmd_compare(args, old, leftover=(), argv=(), quiet=False):
         raise ConfigError("compare: --html and --fail-above take exactly two result files "
                           "(BASE.json NEW.json)")
     out = check_output(html_out, "compare") if html_out else None
-    a, b = _load_all(args.files)
+    from prefixbench.reports import results
+    a, b = (results.load(f) for f in args.files)        # the same file twice is allowed here
     chs = compare.changes(a, b)
     if not chs:
         raise ConfigError(f"compare: {a.path} and {b.path} share no figure")
