@@ -153,7 +153,9 @@ def _ping(port: int, password: str | None = None, timeout: float = 1.0) -> str:
         return ""
 
 
-def _alive(pid: int | None) -> bool:
+def _alive(pid: int | None, port: int | None = None) -> bool:
+    """True while ``pid`` runs; with ``port``, only if it is the redis-server of that
+    port (a pid in ``server.json`` may since belong to another process)."""
     if not pid:
         return False
     child = _CHILDREN.get(pid)
@@ -161,14 +163,16 @@ def _alive(pid: int | None) -> bool:
         return child.poll() is None
     try:
         with open(f"/proc/{pid}/stat") as fh:
-            state = fh.read().rsplit(")", 1)[1].split()[0]
-        return state != "Z"
-    except (OSError, IndexError):
-        try:
-            os.kill(pid, 0)
-        except OSError:
-            return False
+            if fh.read().rsplit(")", 1)[1].split()[0] == "Z":
+                return False
+        if port is not None:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                cmd = fh.read()
+            if b"redis-server" not in cmd or b":%d" % port not in cmd:
+                return False
         return True
+    except (OSError, IndexError):
+        return False
 
 
 def _log_tail(node: Node) -> str:
@@ -209,9 +213,11 @@ def start_node(node: Node, password: str | None = None) -> int:
         time.sleep(0.02)
 
 
-def stop_pid(pid: int | None, sig: int = signal.SIGTERM, timeout: float = 60.0) -> None:
-    """Signal a node and wait until it is gone (SIGKILL if it outlives ``timeout``)."""
-    if not _alive(pid):
+def stop_pid(pid: int | None, sig: int = signal.SIGTERM, timeout: float = 60.0,
+             port: int | None = None) -> None:
+    """Signal a node and wait until it is gone (SIGKILL if it outlives ``timeout``);
+    with ``port``, a pid that is no longer that node's redis-server is left alone."""
+    if not _alive(pid, port):
         _CHILDREN.pop(pid, None)
         return
     try:
@@ -219,7 +225,7 @@ def stop_pid(pid: int | None, sig: int = signal.SIGTERM, timeout: float = 60.0) 
     except ProcessLookupError:
         return
     deadline = time.monotonic() + timeout
-    while _alive(pid):
+    while _alive(pid, port):
         if time.monotonic() > deadline:
             os.kill(pid, signal.SIGKILL)
             deadline = time.monotonic() + 10
@@ -231,7 +237,7 @@ def stop_pid(pid: int | None, sig: int = signal.SIGTERM, timeout: float = 60.0) 
 
 def kill_node(node: Node) -> None:
     """SIGKILL a node (crash tests): nothing is flushed beyond what Redis already wrote."""
-    stop_pid(node.pid, signal.SIGKILL)
+    stop_pid(node.pid, signal.SIGKILL, port=node.port)
 
 
 # ---------------------------------------------------------------- a server (one or many nodes)
@@ -261,12 +267,12 @@ class Server:
         os.replace(tmp, os.path.join(self.dir, STATE_FILE))
 
     def alive(self) -> list[bool]:
-        return [_alive(n.pid) for n in self.nodes]
+        return [_alive(n.pid, n.port) for n in self.nodes]
 
     def start(self) -> None:
         """Start every node that is not running (their configs are already written)."""
         for n in self.nodes:
-            if not _alive(n.pid):
+            if not _alive(n.pid, n.port):
                 start_node(n, self.password)
         self.save()
         if self.kind == "redis-cluster":
@@ -274,7 +280,7 @@ class Server:
 
     def stop(self) -> None:
         for n in self.nodes:
-            stop_pid(n.pid)
+            stop_pid(n.pid, port=n.port)
             n.pid = None
         self.save()
 

@@ -583,3 +583,25 @@ def test_layout_is_fixed_at_create(tmp_path, redis_always, cluster_always):
     with pytest.raises(ConfigError, match="created with buckets=4"):
         RedisClusterStore(StoreConfig(path=str(tmp_path / "c"), create=False,
                                       options={"url": cluster_always.url, "buckets": 8}))
+
+
+def test_server_outlives_the_command_and_down_stops_it(tmp_path):
+    """As a user runs it: 'up' returns and the server keeps running; 'down' from another
+    process stops exactly that server (its pid checked against the port)."""
+    need_redis()
+    port = servers.free_port()
+    w = str(tmp_path / "w")
+    cmd = [sys.executable, "-m", "prefixbench", "server", "redis"]
+    up = subprocess.run(cmd + ["up", "--port", str(port), "--dir", w], capture_output=True,
+                        text=True, timeout=60)
+    assert up.returncode == 0, up.stderr
+    try:
+        st = subprocess.run(cmd + ["status", "--dir", w], capture_output=True, text=True)
+        assert f"node 127.0.0.1:{port}" in st.stdout and " up" in st.stdout
+    finally:
+        down = subprocess.run(cmd + ["down", "--dir", w], capture_output=True, text=True,
+                              timeout=90)
+    assert down.returncode == 0, down.stderr
+    assert not servers.port_in_use(port)
+    st = subprocess.run(cmd + ["status", "--dir", w], capture_output=True, text=True)
+    assert " down" in st.stdout
