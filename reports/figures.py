@@ -122,7 +122,14 @@ def _ordered_settings(results, threads=None) -> list:
 
 
 def _ratio(a, b):
-    return a / b if a and b else None
+    """``a ÷ b`` of two readings: within each repeat when both kept every repeat (median
+    with min-max), else of the medians; None when either is missing or zero."""
+    if a is None or b is None or not b.median:
+        return None
+    if len(a.values) == len(b.values) > 1 and all(b.values):
+        rs = sorted(x / y for x, y in zip(a.values, b.values))
+        return (statistics.median(rs), rs[0], rs[-1])
+    return (a.median / b.median,) * 3 if a.median else None
 
 
 # ---------------------------------------------------------------- Fig. 6 and Table 3
@@ -146,20 +153,18 @@ def fig6(results, paper, opts):
         t0 = r.get("request-throughput", ref, 1)
         m0 = r.get("match-latency-mean", ref, 1)
         i0 = r.get("insert-latency-mean", ref, 1)
-        for s in settings:
+        for s in [x for x in settings if x in r.settings(1)]:
             t, m, i = (r.get(n, s, 1) for n in ("request-throughput", "match-latency-mean",
                                                   "insert-latency-mean"))
-            tr = _ratio(t0.median if t0 else None, t.median if t else None)
-            mr = _ratio(m.median if m else None, m0.median if m0 else None)
-            ir = _ratio(i.median if i else None, i0.median if i0 else None)
+            tr, mr, ir = _ratio(t0, t), _ratio(m, m0), _ratio(i, i0)
             rows.append((cat, s, cell(t, lambda v: f"{v:,.0f}"), cell(m, lambda v: _us(v * US)),
-                         cell(i, lambda v: _us(v * US)), _x(tr) if tr else "-",
-                         _x(mr) if mr else "-", _x(ir) if ir else "-"))
+                         cell(i, lambda v: _us(v * US)), cell(tr, _x), cell(mr, _x),
+                         cell(ir, _x)))
             if s != ref:
                 for key, v in (("throughput-ratio", tr), ("match-latency-ratio", mr),
                                ("insert-latency-ratio", ir)):
                     if v:
-                        ratios.setdefault((s, key), []).append(v)
+                        ratios.setdefault((s, key), []).append(v[0])
     for pv in paper.find("fig6a") + paper.find("fig6b") + paper.find("fig6c"):
         names = pv.series.replace("sarp", "").replace("/", "").split()
         other = names[0] if names else ""
