@@ -493,5 +493,6 @@ class RedisStore(SegmentStore):
 
 @hookimpl
 def prefixbench_register_engines(register):
-    register("redis", RedisStore, "a redis-server (redis-py): hash + sorted set per store, "
-             "MULTI/EXEC batches, durability = AOF appendfsync (url=)")
+    register("redis", RedisStore, "a redis-server (redis-py, url=): hash + sorted set per "
+             "store, MULTI/EXEC batches; durability sync needs appendfsync always and survives "
+             "kill -9 of the server, async (everysec) survives kill -9 of the client")

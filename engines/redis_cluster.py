@@ -529,5 +529,6 @@ class RedisClusterStore(SegmentStore):
 
 @hookimpl
 def prefixbench_register_engines(register):
-    register("redis-cluster", RedisClusterStore, "a Redis Cluster (RedisCluster): key-range "
-             "buckets over the slots, journaled atomic batches, WAIT 1 under sync (url=)")
+    register("redis-cluster", RedisClusterStore, "a Redis Cluster (RedisCluster, url=): "
+             "key-range buckets over the slots, journaled atomic batches; durability sync "
+             "(appendfsync always + WAIT 1) survives kill -9 of servers and a failover")

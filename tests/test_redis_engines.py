@@ -605,3 +605,23 @@ def test_server_outlives_the_command_and_down_stops_it(tmp_path):
     assert not servers.port_in_use(port)
     st = subprocess.run(cmd + ["status", "--dir", w], capture_output=True, text=True)
     assert " down" in st.stdout
+
+
+def test_cluster_with_a_password(tmp_path):
+    srv = start("redis-cluster", tmp_path / "srv", masters=3, replicas=0, password="pw-1")
+    try:
+        port = srv.nodes[0].port
+        good = f"redis://:pw-1@127.0.0.1:{port}"
+        s = RedisClusterStore(StoreConfig(path=str(tmp_path / "s"), options={"url": good}))
+        s.put_many((k << 58, b"%d" % k) for k in range(64))
+        s.close()
+        with pytest.raises(StoreError) as e:
+            RedisClusterStore(StoreConfig(path=str(tmp_path / "s"), create=False,
+                                          options={"url": f"redis://:nope@127.0.0.1:{port}"}))
+        _one_line(e, f"redis://:***@127.0.0.1:{port}", "wrong password")
+        again = RedisClusterStore(StoreConfig(path=str(tmp_path / "s"), create=False,
+                                              options={"url": good}))
+        assert dict(again.scan()) == {k << 58: b"%d" % k for k in range(64)}
+        again.close()
+    finally:
+        srv.stop()
