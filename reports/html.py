@@ -189,11 +189,17 @@ def summary(figures, papers) -> list:
             if c.paper.claim and (c.paper not in found or (c.ours and not found[c.paper].ours)):
                 found[c.paper] = c
     keys = ["sarp"] + (["range"] if any(f.id == "range" for f in figures) else [])
+    where = {}                                  # paper value -> the section showing it
+    for f in figures:
+        for c in f.comparisons:
+            where.setdefault(c.paper, f.id)
     rows = []
     for k in keys:
         for pv in papers[k].claims():
             c = found.get(pv)
             label = f"{pv.claim} ({papers[k].key} {pv.id}, {pv.dataset})"
+            if pv in where:
+                label = ("class", f'<td><a href="#{esc(where[pv])}">{esc(label)}</a></td>')
             if c is None:
                 rows.append((label, pv.text_value(), "-", _met_cell("not run")))
             else:

@@ -46,6 +46,9 @@ def load_suite(path: str):
     try:
         suite = pyperf.BenchmarkSuite.load(path)
     except json.JSONDecodeError as e:
+        if e.pos == 0:
+            raise SchemaError(f"{path}: not JSON; give a result .json file (a pyperf suite a "
+                              f"prefixbench command wrote)") from None
         raise SchemaError(f"{path}: truncated or malformed JSON (line {e.lineno}, column "
                           f"{e.colno}: {e.msg}); rerun the command that wrote it") from None
     except OSError as e:

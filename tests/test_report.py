@@ -113,6 +113,9 @@ def test_summary_lists_the_claims_with_paper_ours_and_verdict(report):
     assert all(r[3] in ("met", "missed", "context", "not run", "shape only") for r in rows)
     loss = next(r for r in rows if "sarp table3" in r[0])
     assert loss[1] == "0.003-0.029%" and loss[2] != "-"      # ours measured, zero included
+    links = {a.get("href") for a in summary.findall(".//a")}
+    sections = {s.get("id") for s in doc.findall(".//section")}
+    assert "#table3" in links and all(h[1:] in sections for h in links)
 
 
 def test_paper_values_stand_beside_every_figure_the_paper_quantifies(report):
@@ -211,8 +214,14 @@ def test_bad_inputs_are_one_line_and_write_nothing(results, run_cli, tmp_path):
     out = tmp_path / "r.html"
     blocked = tmp_path / "a-file"
     blocked.write_text("x")
+    not_pyperf = tmp_path / "plain.json"
+    not_pyperf.write_text('{"rows": []}')
+    csv = tmp_path / "rows.csv"
+    csv.write_text("date,commit\n")
     cases = [
         (["report", other, "-o", out], ["other.json", "another tool"]),
+        (["report", not_pyperf, "-o", out], ["plain.json", "not a pyperf result file"]),
+        (["report", csv, "-o", out], ["rows.csv", "not JSON"]),
         (["report", cut, "-o", out], ["cut.json", "truncated or malformed JSON"]),
         (["report", results["sarp"], "--figures", "fig6,nope", "-o", out],
          ["unknown figure 'nope'", "fig1, table1, fig6"]),
