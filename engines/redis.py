@@ -70,6 +70,11 @@ DEFAULT_URL = "redis://127.0.0.1:6379/0"
 URL_ENV = "PREFIXBENCH_REDIS_URL"
 INSTALL = "pip install 'prefixbench[redis]' (redis-py >= 5)"
 
+#: items per scan round trip: more than the base SCAN_CHUNK (a chunk may be longer;
+#: fewer round trips for a full scan, e.g. redis-blockhash's rebuild), within the
+#: 8000 values Redis' Lua can unpack into one HMGET
+SCAN_BATCH = 4096
+
 #: one scan chunk: members of [ARGV[1], ARGV[2]) from the sorted set, then their values
 SCAN_LUA = """
 local m = redis.call('ZRANGEBYLEX', KEYS[1], ARGV[1], ARGV[2], 'LIMIT', 0, tonumber(ARGV[3]))
@@ -409,7 +414,7 @@ class RedisStore(SegmentStore):
     def _read_chunk(self, lo, end):
         lo_b, hi_b = lex_bounds(lo, end)
         reply = self._call("scan", self._scan_script, [self._zkey, self._vkey],
-                           [lo_b, hi_b, SCAN_CHUNK])
+                           [lo_b, hi_b, SCAN_BATCH])
         return decode_chunk(reply)
 
     def _read_packed(self, lo, end):

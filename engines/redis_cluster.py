@@ -52,11 +52,11 @@ import struct
 import threading
 import time
 
-from prefixbench.engines.base import (SCAN_CHUNK, SegmentStore, StoreConfig, check_options,
-                                      chunked_scan, import_binding, int_option)
-from prefixbench.engines.redis import (INSTALL, NEEDS, SCAN_LUA, batch_commands, check_aof,
-                                       decode_chunk, is_local, lex_bounds, open_namespace,
-                                       redact, server_error, server_files_bytes,
+from prefixbench.engines.base import (SegmentStore, StoreConfig, check_options, chunked_scan,
+                                      import_binding, int_option)
+from prefixbench.engines.redis import (INSTALL, NEEDS, SCAN_BATCH, SCAN_LUA, batch_commands,
+                                       check_aof, decode_chunk, is_local, lex_bounds,
+                                       open_namespace, redact, server_error, server_files_bytes,
                                        transaction_error, write_marker)
 from prefixbench.errors import ConfigError, StoreError
 from prefixbench.hookspecs import hookimpl
@@ -451,7 +451,7 @@ class RedisClusterStore(SegmentStore):
     def _bucket_chunk(self, b, lo, end):
         lo_b, hi_b = lex_bounds(lo, end)
         reply = self._call("scan", self._scan_script, [self._zkeys[b], self._vkeys[b]],
-                           [lo_b, hi_b, SCAN_CHUNK])
+                           [lo_b, hi_b, SCAN_BATCH])
         return decode_chunk(reply)
 
     def _scan(self, start, end):

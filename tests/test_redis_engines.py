@@ -625,3 +625,22 @@ def test_cluster_with_a_password(tmp_path):
         again.close()
     finally:
         srv.stop()
+
+
+@pytest.mark.parametrize("engine", ["redis", "redis-cluster"])
+def test_scan_across_many_round_trips(engine, tmp_path, redis_always, cluster_always):
+    """More items than one scan round trip returns, a bound inside a chunk, writes between."""
+    url = (redis_always if engine == "redis" else cluster_always).url
+    s = open_store(resolve_engine(engine), tmp_path / "s",
+                   options={"url": url, **({"buckets": 2} if engine != "redis" else {})})
+    try:
+        keys = sorted({k * 0x9E3779B97F4A7C15 % (1 << 64) for k in range(1, 10001)})
+        s.put_many((k, b"") for k in keys)
+        got = []
+        for k, _ in s.scan(keys[17], keys[9000]):
+            got.append(k)
+            if len(got) == 5000:
+                s.put(keys[9500], b"written while scanning")
+        assert got == keys[17:9000]
+    finally:
+        s.close()
