@@ -323,3 +323,26 @@ def test_the_caption_names_the_machine_when_the_suite_records_it():
           "store_device": "Samsung 980 PRO"}
     assert machine(md) == "Xeon Gold 6330, 56 cores, 751 GiB RAM, store on Samsung 980 PRO"
     assert machine({}) == "not recorded in the suite"
+
+
+def test_range_shape_markers_at_the_papers_object_counts(tmp_path):
+    """At 192-6,144 objects the paper's Range and cuFile TTFT shapes are drawn beside ours."""
+    import pyperf
+
+    from prefixbench.reports import figures, paper, results
+    md = {"workload": "payload-restore", "prefixbench_version": "0.1.0", "unit": "second",
+          "config": '{"payload": "6GiB", "stripe": "32MiB"}'}
+    benches = [pyperf.Benchmark([pyperf.Run([t], metadata=dict(md, name=f"restore-{p}-n{n}"),
+                                            collect_metadata=False)])
+               for p, ts in (("stripes", (1.0, 1.0, 1.01, 1.02)), ("files", (1.0, 1.2, 1.5, 2.0)))
+               for n, t in zip((192, 768, 3072, 6144), ts)]
+    path = tmp_path / "payload.json"
+    pyperf.BenchmarkSuite(benches).dump(str(path))
+    fig = figures.range_restore([results.load(str(path))], paper.load("range"), {})
+    shape = fig.panels[1]
+    assert shape.categories == ["n192", "n768", "n3072", "n6144"]
+    assert len(shape.paper) == 8                      # Range and stock cuFile at four points
+    assert shape.paper[3][2] == pytest.approx(1.803 / 1.790)
+    finest = next(c for c in fig.comparisons if c.paper.measure == "finest-over-coarse")
+    assert finest.ours == [pytest.approx(2.0)] and finest.met_text() == "missed"
+    assert any("Range's TTFT spread" in n for n in fig.notes)
