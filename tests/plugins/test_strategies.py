@@ -294,8 +294,7 @@ def test_exact_strategies_agree_on_the_mooncake_trace():
     import json
     import os
 
-    trace = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir,
-                         "shared", "data", "mooncake-fast25", "conversation_trace.jsonl.gz")
+    from conftest import MOONCAKE_CONVERSATION as trace
     if not os.path.exists(trace):
         pytest.skip("the Mooncake sample trace is not available")
     with gzip.open(trace, "rt") as f:

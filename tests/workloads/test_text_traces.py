@@ -19,7 +19,7 @@ from prefixbench.registry import get_registry
 from prefixbench.workloads import text as tx
 from prefixbench.workloads import tokenizers as tk
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from conftest import REPO
 DATA = os.path.join(os.path.dirname(REPO), "shared", "data")
 OASST = os.path.join(DATA, "oasst1-en100-trees", "en_100_tree.jsonl.gz")
 SWE = os.path.join(DATA, "swe-agent-trajectories")

@@ -17,7 +17,7 @@ from prefixbench.workloads.model import Session, SessionWorkload, Turn, replay_t
 from prefixbench.workloads.profiles import (PAPER_BLOCKS, PROFILES, make_profile,
                                             paper_workload_options)
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from conftest import REPO
 MOONCAKE_DIR = os.path.join(os.path.dirname(REPO), "shared", "data", "mooncake-fast25")
 CONVERSATION = os.path.join(MOONCAKE_DIR, "conversation_trace.jsonl.gz")
 needs_trace = pytest.mark.skipif(not os.path.exists(CONVERSATION),
