@@ -6,10 +6,6 @@ deficiencies; series beyond its eight colours repeat it with hatching.
 """
 from __future__ import annotations
 
-import matplotlib
-
-matplotlib.use("Agg")
-
 #: Okabe & Ito (2008), black last
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442",
            "#000000")
@@ -43,5 +39,8 @@ def hatch(i: int) -> str:
 
 
 def apply() -> None:
-    """Set the style (idempotent)."""
+    """Select Agg and set the style (idempotent).  matplotlib is imported here, not at
+    module import, so the CLI starts without it."""
+    import matplotlib
+    matplotlib.use("Agg")
     matplotlib.rcParams.update(RC)
