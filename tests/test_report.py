@@ -346,3 +346,23 @@ def test_range_shape_markers_at_the_papers_object_counts(tmp_path):
     finest = next(c for c in fig.comparisons if c.paper.measure == "finest-over-coarse")
     assert finest.ours == [pytest.approx(2.0)] and finest.met_text() == "missed"
     assert any("Range's TTFT spread" in n for n in fig.notes)
+
+
+def test_table1_puts_redis_blockhash_beside_the_papers_redis(tmp_path):
+    import pyperf
+
+    from prefixbench.reports import figures, paper, results
+    md = {"strategy": "redis-blockhash", "engine": "redis", "prefixbench_version": "0.1.0",
+          "unique_block_entries": 10 ** 6, "unit": "second"}
+    benches = [pyperf.Benchmark([pyperf.Run([v], metadata=dict(md, name=n),
+                                            collect_metadata=False)])
+               for n, v in (("recovery-total", 0.7), ("recovery-index", 0.6))]
+    path = tmp_path / "rec.json"
+    pyperf.BenchmarkSuite(benches).dump(str(path))
+    r = results.load(str(path))
+    assert r.kind == "recover"
+    fig = figures.table1([r], paper.load("sarp"), {})
+    redis = next(c for c in fig.comparisons if c.paper.series == "redis")
+    assert redis.ours == [0.7] and redis.met_text() == "context"      # 1e6 entries, not 1e9
+    assert next(c for c in fig.comparisons if c.paper.series == "mooncake").met_text() == \
+        "not run"
