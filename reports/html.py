@@ -13,6 +13,7 @@ import base64
 import datetime
 import html
 import json
+import re
 
 from prefixbench.reports import plots
 from prefixbench.reports.results import machine, rendered_on
@@ -30,6 +31,11 @@ figure{margin:.5em 0}img{max-width:100%;height:auto;border:1px solid #eee}
 figcaption{font-size:.8em;color:#444}.notes{font-size:.85em;color:#444}
 code{font-size:.95em}
 """
+
+
+#: a cell that is a number (with a unit, a ratio, or a [min-max] after it): right-aligned
+NUMERIC = re.compile(r"^[~+-]?[\d.,]+(e[+-]?\d+)?(-[\d.,]+(e[+-]?\d+)?)?"
+                     r"\s?(%|x|s|ms|us|ns|B|KiB|MiB|GiB|TiB)?(\s\[[^\]]*\])?$")
 
 
 def esc(x) -> str:
@@ -50,7 +56,7 @@ def _td(c) -> str:
     if isinstance(c, tuple) and len(c) == 2 and c[0] == "class":
         return c[1]
     s = "" if c is None else str(c)
-    num = bool(s) and (s[0].isdigit() or s[0] in "-+~") and s != "-"
+    num = bool(NUMERIC.match(s))
     return f'<td class="num">{esc(s)}</td>' if num else f"<td>{esc(s)}</td>"
 
 
