@@ -366,3 +366,24 @@ def test_table1_puts_redis_blockhash_beside_the_papers_redis(tmp_path):
     assert redis.ours == [0.7] and redis.met_text() == "context"      # 1e6 entries, not 1e9
     assert next(c for c in fig.comparisons if c.paper.series == "mooncake").met_text() == \
         "not run"
+
+
+def _recover_suite(path, values):
+    import pyperf
+    md = {"strategy": "sarp", "prefixbench_version": "0.1.0", "unit": "second"}
+    pyperf.BenchmarkSuite([pyperf.Benchmark([
+        pyperf.Run([v], metadata=dict(md, name="recovery-index"), collect_metadata=False)
+        for v in values])]).dump(str(path))
+
+
+def test_fail_above_needs_significance_when_both_sides_repeat(run_cli, tmp_path):
+    base, noisy, slow = tmp_path / "base.json", tmp_path / "noisy.json", tmp_path / "slow.json"
+    _recover_suite(base, [1.0, 1.2, 0.8, 1.1, 0.9])
+    _recover_suite(noisy, [1.5, 0.6, 1.4, 0.7, 1.3])      # median +10%, not significant
+    _recover_suite(slow, [2.0, 2.1, 1.9, 2.05, 1.95])     # twice as slow, significant
+    code, stdout, err = run_cli("compare", base, noisy, "--fail-above", "5%")
+    assert code == 0, err
+    assert "not significant" in stdout
+    code, stdout, err = run_cli("compare", base, slow, "--fail-above", "5%")
+    assert code == 1
+    assert "recovery-index +100.0% (significant)" in err.strip().splitlines()[-1]
