@@ -91,15 +91,18 @@ _NO_IDS = np.empty(0, dtype=np.uint64)
 
 def replay_turns(parents: Sequence[np.ndarray],
                  tokens: Callable[[int, int], tuple[np.ndarray, np.ndarray]],
-                 block_size: int, h0: int) -> Iterator[Request]:
+                 block_size: int, h0: int, chain: Callable | None = None) -> Iterator[Request]:
     """Requests of sessions in the paper's replay order, ids chained incrementally.
 
     ``parents[i][t]`` is turn t's parent in session i (-1: root) and
     ``tokens(i, t)`` its ``(input, output)`` tokens, asked for once, in replay
     order.  A turn hashes only its new tokens (after the partial last block
     of its parent) from the parent's last chained id; the state of a turn is
-    kept only until the last turn that continues it.
+    kept only until the last turn that continues it.  ``chain`` replaces
+    :func:`chain_tokens` (same signature) for another block-hash scheme
+    (:class:`~prefixbench.workloads.hashschemes.SchemeChain`).
     """
+    chain = chain_tokens if chain is None else chain
     n_sess = len(parents)
     last_use = []
     for par in parents:
@@ -122,7 +125,7 @@ def replay_turns(parents: Sequence[np.ndarray],
                 ctx_ids, tail, ctx_tokens = state[i][par]
                 h = int(ctx_ids[-1]) if len(ctx_ids) else h0
             new = np.concatenate((tail, inp, out)) if len(tail) else np.concatenate((inp, out))
-            new_ids = chain_tokens(new, block_size, h)
+            new_ids = chain(new, block_size, h)
             ids = np.concatenate((ctx_ids, new_ids)) if len(ctx_ids) else new_ids
             prompt = ctx_tokens + len(inp)
             if last_use[i][t] > t:
@@ -139,7 +142,7 @@ class SessionWorkload(Workload):
     round-robin with chained ids from ``h_0 = namespace_seed(namespace)``."""
 
     def __init__(self, sessions: Sequence[Session], *, block_size: int = DEFAULT_BLOCK_SIZE,
-                 namespace: str = "", name: str = "sessions"):
+                 namespace: str = "", name: str = "sessions", scheme=None):
         if block_size < 1:
             raise ValueError(f"block_size must be at least 1, got {block_size}")
         self.sessions = list(sessions)
@@ -147,6 +150,8 @@ class SessionWorkload(Workload):
         self.namespace = namespace
         self.name = name
         self.h0 = namespace_seed(namespace)
+        #: a non-pbh64 block-hash scheme (:mod:`~prefixbench.workloads.hashschemes`), or None
+        self.scheme = scheme
         self._parents = [resolve_parents(s) for s in self.sessions]
 
     def requests(self) -> Iterator[Request]:
@@ -154,10 +159,54 @@ class SessionWorkload(Workload):
             turn = self.sessions[i].turns[t]
             return (np.asarray(turn.input_tokens, dtype=np.uint32),
                     np.asarray(turn.output_tokens, dtype=np.uint32))
+        if self.scheme is not None:
+            from prefixbench.workloads.hashschemes import SchemeChain
+            chain = SchemeChain(self.scheme)
+            return replay_turns(self._parents, tokens, self.block_size, chain.h0, chain)
         return replay_turns(self._parents, tokens, self.block_size, self.h0)
 
     def __len__(self) -> int:
         return sum(len(s.turns) for s in self.sessions)
 
     def metadata(self) -> dict:
-        return {"workload": self.name, "block_size": self.block_size, "namespace": self.namespace}
+        md = {"workload": self.name, "block_size": self.block_size, "namespace": self.namespace}
+        if self.scheme is not None:
+            md.update(self.scheme.options())
+        return md
+
+
+# -- KV-event operations (engines' BlockStored / BlockRemoved / AllBlocksCleared) --
+@dataclass
+class StoreOp:
+    """Blocks a worker's KVCache now holds: ``block_hashes`` continue the block
+    ``parent`` (None: the chain starts here); ids as the engine published them."""
+
+    worker: int
+    block_hashes: np.ndarray            # uint64
+    parent: int | None
+    token_ids: np.ndarray | None = None  # uint32, when the event carries them
+    block_size: int = 0
+    extra_keys: list | None = None
+    frame: int = 0                       # capture frame number (1-based)
+    ts: float = 0.0
+    raw_hashes: list | None = None       # bytes digests when the engine published bytes
+    raw_parent: bytes | None = None
+
+
+@dataclass
+class RemoveOp:
+    """Blocks a worker evicted."""
+
+    worker: int
+    block_hashes: np.ndarray            # uint64
+    frame: int = 0
+    ts: float = 0.0
+
+
+@dataclass
+class ClearOp:
+    """A worker dropped every block."""
+
+    worker: int
+    frame: int = 0
+    ts: float = 0.0
