@@ -10,6 +10,14 @@ Thread safety: the compiled tree carries its own readers-writer lock, so one
 :class:`RadixStrategy` may be shared by any number of request threads without
 a Python-level lock; matches proceed in parallel, inserts one at a time.
 
+Workers and removal: every block carries a bitmap of the workers holding it
+and one metadata record per holding worker (``max_workers = 64``), so the
+oracle answers eviction runs exactly: a match stops at the first block no
+worker holds and reports each block's locations.  Removed blocks stay in the
+tree as empty bitmaps until ``clear()`` (see :mod:`prefixbench.plugins._radix`):
+the oracle's memory is that of an unbounded run, never more.  Snapshots carry
+the bitmaps and planes; removes are logged like inserts in durable mode.
+
 Where the time goes (:mod:`prefixbench.phases`): the whole tree call,
 match or insert, is routing (one switch per call; the tree's own lock waits
 happen inside it and count as routing too).
@@ -28,6 +36,7 @@ from prefixbench.plugins.strategy import (
     IndexStrategy,
     Match,
     Option,
+    check_worker,
 )
 
 _radix = twins.load("prefixbench.plugins._radix")
@@ -44,8 +53,10 @@ class RadixStrategy(IndexStrategy):
     """Exact in-memory compressed radix tree over block IDs (the oracle)."""
 
     name = "radix"
-    gil_free_parts = ("tree walk (match)", "tree insert")
+    gil_free_parts = ("tree walk (match)", "tree insert", "tree remove")
     exact = True
+    supports_remove = True
+    max_workers = 64
     options = {
         "initial_blocks": Option(1024, "key/metadata pool slots allocated up front", min=1,
                                  max=1 << 40),
@@ -62,8 +73,18 @@ class RadixStrategy(IndexStrategy):
     def match(self, block_ids: np.ndarray) -> Match:
         return _phases.timed_call(ROUTING, self._match, block_ids)
 
-    def insert(self, block_ids: np.ndarray, metas: np.ndarray) -> None:
-        _phases.timed_call(ROUTING, self._insert, block_ids, metas)
+    def insert(self, block_ids: np.ndarray, metas: np.ndarray, worker: int = 0) -> None:
+        if worker != 0:
+            check_worker("strategy radix", worker, self.max_workers, False)
+        _phases.timed_call(ROUTING, self._insert, block_ids, metas, worker)
+
+    def remove(self, block_ids: np.ndarray, worker: int | None = None) -> int:
+        ids, w = self._removal_args(block_ids, worker)
+        return _phases.timed_call(ROUTING, self._tree.remove, ids, w)
+
+    def clear(self, worker: int | None = None) -> None:
+        w = check_worker("strategy radix.clear", worker, self.max_workers, True)
+        self._tree.clear(w)
 
     # durability: the tree's arrays in bulk; acknowledged inserts after the
     # snapshot come back from the insert log (enable_log)
@@ -74,12 +95,14 @@ class RadixStrategy(IndexStrategy):
 
     def _restore_state(self, meta, sections):
         self._tree.restore(sections["scalars"], sections["nodes"], sections["keys"],
-                           sections["metas"], sections["slots"])
+                           sections["metas"], sections["slots"], sections.get("avail"),
+                           sections.get("planes"))
 
     def stats(self) -> dict:
         t = self._tree
         return {"nodes": t.nodes, "entries": t.entries, "memory_bytes": t.nbytes,
-                "store_reads_per_match": 0.0}
+                "store_reads_per_match": 0.0, "remove_noops": t.remove_noops,
+                "removed_slots": t.pool - t.entries}
 
 
 @hookimpl

@@ -15,6 +15,20 @@ wrapper applies the insert, then - only in durable mode, i.e. once
 :class:`~prefixbench.snapshot.InsertLog`.  Applying before appending is what
 lets :func:`publish_snapshot` read the log position before capturing the
 state: every record up to that position is already in memory.
+
+Removes.  ``remove`` and ``clear`` are wrapped the same way (:func:`logged_op`)
+for the log keepers and for ``logs_removes`` strategies (tombstones in memory,
+inserts in the store), so an acknowledged remove is replayed after a crash and
+never served again.  They share the insert log, which keeps one order for
+inserts and removes (an insert after a remove must win on replay).  The log's
+record format is the kernel's (ids, then metas); an operation other than an
+insert on worker 0 is tagged by three leading ids - two fixed 64-bit magic
+words and ``op << 32 | worker`` (worker 0xFFFFFFFF = every worker) - with
+zero metadata rows in their place.  A plain insert whose first two block ids
+equal both magic words (odds 2**-128) would be misread; nothing else changes
+for logs written before removes existed.  ``logs_removes`` strategies log an
+insert only while tombstones exist (the store holds every insert, but a
+revived block's new metadata lives in the overlay).
 """
 from __future__ import annotations
 
@@ -22,6 +36,8 @@ import functools
 import os
 import time
 from typing import TYPE_CHECKING, Callable, Optional
+
+import numpy as np
 
 from prefixbench.snapshot import (LOG_FILE, InsertLog, SnapshotError, log_first_seq, read_log,
                                   read_snapshot, snapshot_log_seq, snapshot_path, write_snapshot)
@@ -33,6 +49,31 @@ if TYPE_CHECKING:                           # pragma: no cover - annotations onl
 Notify = Optional[Callable[[str], None]]
 
 
+_TAG0, _TAG1 = 0x70726566_69786F70, 0x62656E63_682D6F70
+OP_INSERT, OP_REMOVE, OP_CLEAR = 1, 2, 3
+_ALL = 0xFFFFFFFF
+
+
+def append_op(log, op: int, worker, ids=None, metas=None, meta_size: int = 16) -> None:
+    """Append one tagged operation record (see the module docstring)."""
+    ids = np.empty(0, np.uint64) if ids is None else np.ascontiguousarray(ids, np.uint64)
+    w = _ALL if worker is None or worker < 0 else int(worker)
+    head = np.array([_TAG0, _TAG1, (op << 32) | w], dtype=np.uint64)
+    rows = np.zeros((3 + len(ids), meta_size), dtype=np.uint8)
+    if metas is not None and len(ids):
+        rows[3:] = metas
+    log.append(np.concatenate([head, ids]), rows)
+
+
+def decode_record(ids, metas):
+    """``(op, worker or None, ids, metas)`` of one log record."""
+    if len(ids) >= 3 and int(ids[0]) == _TAG0 and int(ids[1]) == _TAG1:
+        code = int(ids[2])
+        w = code & _ALL
+        return code >> 32, (None if w == _ALL else w), ids[3:], metas[3:]
+    return OP_INSERT, 0, ids, metas
+
+
 def logged(insert):
     """``insert`` followed by an append to the instance's insert log, when it has one.
 
@@ -41,19 +82,50 @@ def logged(insert):
     log pays one attribute read.
     """
     @functools.wraps(insert)
-    def insert_then_log(self, block_ids, metas):
-        insert(self, block_ids, metas)
+    def insert_then_log(self, block_ids, metas, worker: int = 0):
+        insert(self, block_ids, metas, worker)
         log = self._log
         if log is not None and type(self).insert is insert_then_log:
-            log.append(block_ids, metas)    # the log serialises concurrent appends
+            if worker == 0:             # the log serialises concurrent appends
+                log.append(block_ids, metas)
+            else:
+                append_op(log, OP_INSERT, worker, block_ids, metas, self.meta_size)
     return insert_then_log
+
+
+def logged_op(name: str, fn):
+    """``remove`` or ``clear`` followed by an append to the log, when there is one.
+
+    The append comes after the operation (as for inserts) so a snapshot that
+    reads the log position first holds every logged remove; a remove racing
+    the capture is replayed (removes are idempotent)."""
+    op = OP_REMOVE if name == "remove" else OP_CLEAR
+
+    @functools.wraps(fn)
+    def op_then_log(self, *args, **kwargs):
+        out = fn(self, *args, **kwargs)
+        log = self._log
+        if log is not None and getattr(type(self), name) is op_then_log:
+            if op == OP_REMOVE:
+                ids = args[0] if args else kwargs["block_ids"]
+                worker = args[1] if len(args) > 1 else kwargs.get("worker")
+            else:
+                ids, worker = None, (args[0] if args else kwargs.get("worker"))
+            append_op(log, op, worker, ids, None, self.meta_size)
+        return out
+    return op_then_log
+
+
+def keeps_log(cls) -> bool:
+    """True if durable mode gives ``cls`` a log (inserts, or removes, in memory)."""
+    return bool(cls.uses_insert_log or cls.logs_removes)
 
 
 def attach_log(strategy: "IndexStrategy", directory, sync: bool = True) -> bool:
     """Durable mode: from now on every insert is appended (and with ``sync``
     fdatasynced) to ``directory``'s insert log before it returns.  False, with
     nothing done, for strategies whose store is their durability."""
-    if not strategy.uses_insert_log:
+    if not keeps_log(strategy):
         return False
     if strategy._log is not None:
         strategy._log.close()
@@ -91,7 +163,13 @@ def replay(strategy: "IndexStrategy", records) -> int:
     for _seq, ids, metas, _end in records:
         if ids is None:
             continue                        # covered by the snapshot
-        strategy.insert(ids, metas)
+        op, worker, ids, metas = decode_record(ids, metas)
+        if op == OP_INSERT:
+            strategy.insert(ids, metas, worker)
+        elif op == OP_REMOVE:
+            strategy.remove(ids, worker)
+        elif op == OP_CLEAR:
+            strategy.clear(worker)
         n += 1
     return n
 
@@ -107,7 +185,7 @@ def recover(cls: type, store, directory, options: dict | None = None, meta_size:
     Timing and provenance are in the returned instance's ``recovery`` dict.
     """
     directory = os.fspath(directory)
-    has_log = cls.uses_insert_log and os.path.exists(os.path.join(directory, LOG_FILE))
+    has_log = keeps_log(cls) and os.path.exists(os.path.join(directory, LOG_FILE))
     info = {"source": "snapshot", "snapshot_error": None, "load_s": 0.0, "init_s": 0.0,
             "deserialize_s": 0.0, "rebuild_s": 0.0, "snapshot_bytes": 0, "log_replayed": 0}
     t0 = time.perf_counter()
@@ -159,10 +237,16 @@ def recover(cls: type, store, directory, options: dict | None = None, meta_size:
     except SnapshotError as e:
         e = info["snapshot_error"] or str(e)    # the newest snapshot's problem first
         info["snapshot_error"] = e
+        complete_log = has_log and log_first_seq(directory, meta_size) in (
+            (0, 1) if not os.path.exists(snapshot_path(directory)) else (1,))
+        if cls.rebuild_from_store and cls.logs_removes and has_log and not complete_log:
+            # the store holds every insert but not the removes made before the
+            # log's first record: serving them again is what must never happen
+            raise SnapshotError(f"{e}; {cls.name} cannot rebuild its removes from the "
+                                f"store (the log does not reach back to the start)") from None
         if cls.rebuild_from_store:
             how = "rebuilding from the store"
-        elif has_log and log_first_seq(directory, meta_size) in (
-                (0, 1) if not os.path.exists(snapshot_path(directory)) else (1,)):
+        elif complete_log:
             # a log from seq 1 holds every insert; an empty one with no snapshot
             # ever published means nothing was acknowledged yet
             how = "replaying the whole insert log"
@@ -176,6 +260,8 @@ def recover(cls: type, store, directory, options: dict | None = None, meta_size:
         if cls.rebuild_from_store:
             info["source"] = "store-rebuild"
             info.update(strategy._rebuild_from_store())
+            if cls.logs_removes and has_log:
+                info["log_replayed"] = replay(strategy, read_log(directory, meta_size, 0))
         else:
             info["source"] = "log-rebuild"
             info["log_replayed"] = replay(strategy, read_log(directory, meta_size, 0))

@@ -10,9 +10,32 @@ Semantics every strategy keeps (the property tests check them against the
   indexed, with their metadata in order.  A strategy may return a *shorter*
   prefix (e.g. SARP under a retrieval budget) but never a longer one, and
   never a block whose ID it did not verify.
-* ``insert(ids, metas)`` registers a processed sequence.  A block that is
-  already indexed keeps the metadata it was first inserted with (the cached
-  KVCache block already exists; re-processing it creates no new copy).
+* ``insert(ids, metas, worker=0)`` registers a processed sequence as
+  available on ``worker``.  A block already available on that worker keeps
+  the metadata it was first inserted with there (the cached KVCache block
+  already exists; re-processing it creates no new copy).
+
+Removal (``supports_remove``; eviction from bounded KVCache pools):
+
+* ``remove(ids, worker=None) -> int``: each listed block becomes unavailable
+  on ``worker``, or on every worker when None; returns how many (block,
+  worker) availabilities went away.  A block not available there is a no-op
+  counted in the ``remove_noops`` stat, never an error (engines evict blocks
+  the index may never have seen).  ``clear(worker=None)`` removes everything,
+  or one worker's blocks.
+* ``match`` stops at the first block available on no worker; ``metas[i]`` is
+  block i's metadata on the lowest-numbered worker holding it, and
+  ``Match.locations`` (strategies tracking several workers, ``max_workers >
+  1``) gives per block a uint64 bitmap, bit w for worker w.
+* After a remove, a later insert makes the block available again with that
+  insert's metadata.
+* Ids passed to ``remove`` must already be a 1-D ``numpy.uint64`` array (the
+  pools hand over what they evicted; a list or a signed array there is a
+  caller's bug) and ``worker`` an int in ``[0, max_workers)``: anything else is
+  one :class:`~prefixbench.errors.ConfigError` line.  A third-party strategy
+  that does not declare ``supports_remove`` keeps working for insert-only
+  runs, and calling its ``remove`` is one ConfigError line.  An ``insert``
+  written without a ``worker`` parameter is adapted to accept ``worker=0``.
 
 Durability.  ``snapshot(dir)`` publishes the strategy's in-memory
 state through the one protocol of :mod:`prefixbench.snapshot`
@@ -51,6 +74,8 @@ the procedure around them (generations, log replay, fallbacks) lives in
 from __future__ import annotations
 
 import abc
+import functools
+import inspect
 import sys
 from dataclasses import dataclass
 from typing import ClassVar
@@ -86,6 +111,9 @@ def as_metas(metas, n: int, meta_size: int) -> np.ndarray:
 class Match:
     n_blocks: int
     metas: np.ndarray  # uint8, shape (n_blocks, meta_size)
+    #: uint64 per matched block, bit w set when worker w holds it; None from
+    #: strategies that track one location
+    locations: np.ndarray | None = None
 
     @classmethod
     def empty(cls, meta_size: int = META_SIZE) -> "Match":
@@ -132,6 +160,41 @@ def parse_options(owner: str, spec: dict[str, Option], given: dict | None) -> di
     return {k: (opt.parse(k, given[k]) if k in given else opt.default) for k, opt in spec.items()}
 
 
+MAX_WORKERS = 64                # the width of a location bitmap
+
+
+def removal_ids(block_ids, owner: str) -> np.ndarray:
+    """``block_ids`` if it is a 1-D uint64 NumPy array, else one ConfigError line."""
+    if not isinstance(block_ids, np.ndarray) or block_ids.dtype != np.uint64 \
+            or block_ids.ndim != 1:
+        what = (f"an array of dtype {block_ids.dtype} and shape {block_ids.shape}"
+                if isinstance(block_ids, np.ndarray) else f"a {type(block_ids).__name__}")
+        raise ConfigError(f"{owner}.remove: block ids must be a 1-D numpy uint64 array, "
+                          f"got {what}")
+    return np.ascontiguousarray(block_ids)
+
+
+def check_worker(owner: str, worker, max_workers: int, allow_all: bool) -> int:
+    """``worker`` as an int in ``[0, max_workers)`` (-1 for None when ``allow_all``)."""
+    if worker is None and allow_all:
+        return -1
+    if isinstance(worker, (bool, np.bool_)) or not isinstance(worker, (int, np.integer)) \
+            or not 0 <= worker < max_workers:
+        raise ConfigError(f"{owner}: worker {worker!r} is outside 0..{max_workers - 1} "
+                          f"(max_workers = {max_workers})")
+    return int(worker)
+
+
+def _accepting_worker(insert):
+    """``insert(self, ids, metas)`` adapted to the contract's ``worker`` argument."""
+    @functools.wraps(insert)
+    def insert_on_worker(self, block_ids, metas, worker: int = 0):
+        if worker != 0:
+            check_worker(f"strategy {self.name}", worker, self.max_workers, False)
+        return insert(self, block_ids, metas)
+    return insert_on_worker
+
+
 def _note_on_stderr(line: str) -> None:
     """Where ``recover``'s notes go when the caller passes no ``notify``."""
     sys.stderr.write(f"prefixbench: {line}\n")
@@ -165,7 +228,30 @@ class IndexStrategy(abc.ABC):
     def match(self, block_ids: np.ndarray) -> Match: ...
 
     @abc.abstractmethod
-    def insert(self, block_ids: np.ndarray, metas: np.ndarray) -> None: ...
+    def insert(self, block_ids: np.ndarray, metas: np.ndarray, worker: int = 0) -> None: ...
+
+    #: True if ``remove`` and ``clear`` are implemented (eviction runs need it)
+    supports_remove: ClassVar[bool] = False
+    #: locations tracked per block: 1 = one; up to MAX_WORKERS (the bitmap's width)
+    max_workers: ClassVar[int] = 1
+    #: True if ``remove`` returns the exact count (every listed block looked up);
+    #: False where a never-stored block cannot be told from a stored one cheaply
+    exact_remove_count: ClassVar[bool] = True
+
+    def remove(self, block_ids: np.ndarray, worker: int | None = None) -> int:
+        """Make the listed blocks unavailable on ``worker`` (every worker if None)."""
+        raise ConfigError(f"strategy {self.name} does not support remove "
+                          f"(supports_remove is False), so it cannot serve eviction runs")
+
+    def clear(self, worker: int | None = None) -> None:
+        """Remove every block, or every block of ``worker``."""
+        raise ConfigError(f"strategy {self.name} does not support clear "
+                          f"(supports_remove is False), so it cannot serve eviction runs")
+
+    def _removal_args(self, block_ids, worker) -> tuple[np.ndarray, int]:
+        """Checked ``remove`` arguments: the ids and the worker (-1 = every worker)."""
+        ids = removal_ids(block_ids, f"strategy {self.name}")
+        return ids, check_worker(f"strategy {self.name}.remove", worker, self.max_workers, True)
 
     def insert_known_prefix(self, block_ids: np.ndarray, metas: np.ndarray, known: int) -> None:
         """``insert``, told that the first ``known`` blocks are already indexed (bulk
@@ -217,13 +303,25 @@ class IndexStrategy(abc.ABC):
         super().__init_subclass__(**kwargs)
         # log keepers: the class's own insert, followed in durable mode by the log
         # append (see prefixbench.plugins.recovery.logged); others run unwrapped
-        if cls.uses_insert_log and "insert" in cls.__dict__:
+        own = cls.__dict__
+        if "insert" in own and "worker" not in inspect.signature(own["insert"]).parameters:
+            cls.insert = _accepting_worker(own["insert"])
+        if cls.uses_insert_log and "insert" in own:
             cls.insert = _recovery.logged(cls.__dict__["insert"])
+        for op in ("remove", "clear"):
+            if op in own:
+                setattr(cls, op, _recovery.logged_op(op, own[op]))
+
+    #: True if removes live in memory beside a store that holds the inserts (the
+    #: tombstone overlay of :mod:`prefixbench.plugins.removal`): durable mode then
+    #: logs removes, clears and the inserts made while tombstones exist
+    logs_removes: ClassVar[bool] = False
 
     def enable_log(self, directory, sync: bool = True) -> bool:
-        """Durable mode for log-keeping strategies: every insert is appended (and
-        with ``sync`` fdatasynced) to ``directory``'s insert log before it returns.
-        False (nothing to do) for strategies whose store is their durability."""
+        """Durable mode for log-keeping strategies: every insert (and remove and
+        clear) is appended (and with ``sync`` fdatasynced) to ``directory``'s
+        insert log before it returns.  False (nothing to do) for strategies whose
+        store is their durability."""
         return _recovery.attach_log(self, directory, sync)
 
     def snapshot(self, directory, fault=None) -> dict:
