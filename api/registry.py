@@ -46,6 +46,8 @@ BUILTIN_PLUGINS = (
     "prefixbench.workloads.mooncake",
     "prefixbench.workloads.text",
     "prefixbench.workloads.tokenizers",
+    "prefixbench.workloads.kvevents",
+    "prefixbench.workloads.tokenjsonl",
 )
 
 T = TypeVar("T")
