@@ -16,9 +16,10 @@ class BlockHashTable:
 
     Same API, results and counters; ``capacity``/``nbytes`` follow the compiled
     table's growth rule (power-of-two slots, doubling when the entries other than
-    block id 0 reach ``max_load``), so stats agree.  :meth:`export` returns the
-    same ``(keys, metas)`` arrays (insertion order; the compiled table gives slot
-    order), which either table loads.  One lock guards the dict and the counters.
+    block id 0 reach ``max_load``) and its lazy per-worker allocation, so stats
+    agree.  Each entry maps worker -> metadata.  :meth:`export` returns the same
+    arrays (insertion order; the compiled table gives slot order), which either
+    table loads.  One lock guards the dict and the counters.
     """
 
     def __init__(self, meta_size: int = META_SIZE, initial_capacity: int = 1024,
@@ -31,8 +32,10 @@ class BlockHashTable:
             raise ValueError(f"initial_capacity must be >= 0, got {initial_capacity}")
         self.meta_size = meta_size
         self.max_load = max_load
-        self._d: dict[int, bytes] = {}
-        self._matches = self._lookups = self._hits = 0
+        self._d: dict[int, dict[int, bytes]] = {}
+        self._planes = 1                # 1 + the highest worker that inserted
+        self._multi = False             # bitmaps allocated (a worker other than 0 inserted)
+        self._matches = self._lookups = self._hits = self._noops = 0
         self._lock = threading.Lock()
         bits = 4
         while float(1 << bits) * max_load < initial_capacity:
@@ -44,36 +47,88 @@ class BlockHashTable:
         cap = 1 << bits
         self._grow_at = min(int(float(cap) * self.max_load), cap - 1)
 
+    @staticmethod
+    def _bitmap(held: dict) -> int:
+        return sum(1 << w for w in held)
+
     def match(self, block_ids) -> Match:
         ids = as_block_ids(block_ids).tolist()
-        rows = []
+        rows, locs = [], []
         with self._lock:
             get = self._d.get
             for k in ids:
                 v = get(k)
                 if v is None:
                     break
-                rows.append(v)
+                rows.append(v[min(v)])
+                locs.append(self._bitmap(v))
             n = len(rows)
             self._matches += 1
             self._lookups += n + (n < len(ids))
             self._hits += n
         out = np.frombuffer(b"".join(rows), dtype=np.uint8).reshape(n, self.meta_size).copy()
-        return Match(n, out)
+        return Match(n, out, np.array(locs, dtype=np.uint64))
 
-    def insert(self, block_ids, metas) -> int:
+    def insert(self, block_ids, metas, worker: int = 0) -> int:
+        if not 0 <= worker < 64:
+            raise ValueError(f"worker {worker} outside 0..63")
         ids = as_block_ids(block_ids)
         m = as_metas(metas, len(ids), self.meta_size)
         added = 0
+        if len(ids) == 0:
+            return 0
         with self._lock:
+            if worker:
+                self._multi = True
+                self._planes = max(self._planes, worker + 1)
             d = self._d
             for j, k in enumerate(ids.tolist()):
-                if k not in d:
+                held = d.get(k)
+                if held is None:
                     if k and len(d) - (0 in d) >= self._grow_at:
                         self._set_bits(self._bits + 1)
-                    d[k] = m[j].tobytes()
+                    d[k] = {worker: m[j].tobytes()}
+                    added += 1
+                elif worker not in held:
+                    held[worker] = m[j].tobytes()
                     added += 1
         return added
+
+    def remove(self, block_ids, worker: int = -1) -> int:
+        if worker >= 64:
+            raise ValueError(f"worker {worker} outside 0..63")
+        ids = as_block_ids(block_ids).tolist()
+        removed = 0
+        with self._lock:
+            d = self._d
+            for k in ids:
+                held = d.get(k)
+                got = 0
+                if held is not None:
+                    if worker < 0:
+                        got = len(held)
+                        held.clear()
+                    elif worker in held:
+                        got = 1
+                        del held[worker]
+                    if not held:
+                        del d[k]
+                removed += got
+                self._noops += got == 0
+        return removed
+
+    def clear(self, worker: int = -1) -> None:
+        if worker >= 64:
+            raise ValueError(f"worker {worker} outside 0..63")
+        with self._lock:
+            if worker < 0:
+                self._d = {}
+                return
+            for k in list(self._d):
+                held = self._d[k]
+                held.pop(worker, None)
+                if not held:
+                    del self._d[k]
 
     def lookup(self, block_ids):
         ids = as_block_ids(block_ids)
@@ -84,7 +139,7 @@ class BlockHashTable:
                 v = self._d.get(k)
                 if v is not None:
                     found[j] = True
-                    out[j] = np.frombuffer(v, dtype=np.uint8)
+                    out[j] = np.frombuffer(v[min(v)], dtype=np.uint8)
         return found, out
 
     def reserve(self, entries: int) -> None:
@@ -92,12 +147,24 @@ class BlockHashTable:
             while float(self._grow_at) < float(entries):
                 self._set_bits(self._bits + 1)
 
-    def export(self):
-        """Every entry as ``(keys uint64[count], metas uint8[count, meta_size])``."""
+    def export(self, workers: bool = False):
+        """Every entry as ``(keys uint64[count], metas uint8[count, meta_size])``, or
+        with ``workers`` ``(keys, locations, planes uint8[n_planes, count, meta_size])``."""
+        ms = self.meta_size
         with self._lock:
             keys = np.fromiter(self._d.keys(), dtype=np.uint64, count=len(self._d))
-            raw = b"".join(self._d.values())
-        return keys, np.frombuffer(raw, dtype=np.uint8).reshape(len(keys), self.meta_size).copy()
+            held = list(self._d.values())
+            n_planes = self._planes if workers else 1
+        n = len(keys)
+        if not workers:
+            raw = b"".join(v[min(v)] for v in held)
+            return keys, np.frombuffer(raw, dtype=np.uint8).reshape(n, ms).copy()
+        locs = np.array([self._bitmap(v) for v in held], dtype=np.uint64)
+        planes = np.zeros((n_planes, n, ms), dtype=np.uint8)
+        for c, v in enumerate(held):
+            for w, meta in v.items():
+                planes[w, c] = np.frombuffer(meta, dtype=np.uint8)
+        return keys, locs, planes
 
     def __len__(self) -> int:
         return len(self._d)
@@ -108,10 +175,18 @@ class BlockHashTable:
         return 1 << self._bits
 
     @property
+    def workers(self) -> int:
+        """Metadata planes the compiled table would hold."""
+        return self._planes
+
+    @property
     def nbytes(self) -> int:
-        """Bytes the compiled table would allocate: key and metadata arrays, side slot."""
-        return self.capacity * (8 + self.meta_size) + self.meta_size
+        """Bytes the compiled table would allocate: keys, metadata planes, bitmaps,
+        side slot."""
+        cap, ms, p = self.capacity, self.meta_size, self._planes
+        return cap * (8 + ms * p) + (cap * 8 if self._multi else 0) + ms * p
 
     def counters(self) -> dict:
         with self._lock:
-            return {"matches": self._matches, "lookups": self._lookups, "hits": self._hits}
+            return {"matches": self._matches, "lookups": self._lookups, "hits": self._hits,
+                    "remove_noops": self._noops}

@@ -20,6 +20,17 @@ exact longest indexed prefix (barring 64-bit collisions), so both are
   hold a Python lock so two threads inserting the same new block cannot both
   write it (first writer wins); matches take no lock.
 
+Removal.  ``dram-blockhash`` tracks up to 64 workers per block (a bitmap
+and one metadata plane per worker, allocated when that worker first
+inserts; :mod:`prefixbench.plugins._blockhash`) and deletes an entry when
+its last worker goes, so memory follows the live blocks.  ``ssd-blockhash``
+keeps one location (``max_workers = 1``): a remove reads which listed blocks
+exist (one ``get_many``, so the count is exact) and deletes them in one write
+batch under the insert lock; a later insert finds them missing and writes
+them with its metadata.  Both snapshot paths cover removes: the in-memory
+table through the insert log (removes logged like inserts), the store-backed
+one through the engine.
+
 Where the time goes (:mod:`prefixbench.phases`, one switch per call,
 never per block): ``dram-blockhash`` counts its whole table call as routing
 (the compiled table's readers-writer lock waits inside it, so they show as
@@ -49,6 +60,7 @@ from prefixbench.plugins.strategy import (
     Option,
     as_block_ids,
     as_metas,
+    check_worker,
 )
 
 _blockhash = twins.load("prefixbench.plugins._blockhash")
@@ -71,8 +83,10 @@ class DramBlockHashStrategy(IndexStrategy):
     """One in-memory entry per block; probe from the first block until a miss."""
 
     name = "dram-blockhash"
-    gil_free_parts = ("table probe (match)", "table insert")
+    gil_free_parts = ("table probe (match)", "table insert", "table remove")
     exact = True
+    supports_remove = True
+    max_workers = 64
     options = {
         "initial_capacity": Option(1024, "entries that fit before the first rehash", min=0,
                                    max=1 << 40),
@@ -90,29 +104,54 @@ class DramBlockHashStrategy(IndexStrategy):
     def match(self, block_ids: np.ndarray) -> Match:
         return _phases.timed_call(ROUTING, self._match, block_ids)
 
-    def insert(self, block_ids: np.ndarray, metas: np.ndarray) -> None:
-        _phases.timed_call(ROUTING, self._insert, block_ids, metas)
+    def insert(self, block_ids: np.ndarray, metas: np.ndarray, worker: int = 0) -> None:
+        if worker != 0:
+            check_worker("strategy dram-blockhash", worker, self.max_workers, False)
+        _phases.timed_call(ROUTING, self._insert, block_ids, metas, worker)
 
-    # durability: snapshot = every entry (two bulk arrays); recovery loads them and
+    def remove(self, block_ids: np.ndarray, worker: int | None = None) -> int:
+        ids, w = self._removal_args(block_ids, worker)
+        return _phases.timed_call(ROUTING, self._table.remove, ids, w)
+
+    def clear(self, worker: int | None = None) -> None:
+        w = check_worker("strategy dram-blockhash.clear", worker, self.max_workers, True)
+        self._table.clear(w)
+
+    # durability: snapshot = every entry (bulk arrays, the workers' bitmaps and
+    # metadata planes when a worker other than 0 inserted); recovery loads them and
     # rebuilds the table with one compiled bulk insert; acknowledged inserts after
     # the snapshot come back from the insert log (enable_log)
     uses_insert_log = True
 
     def _snapshot_state(self):
-        keys, metas = self._table.export()
-        return {"entries": len(keys)}, {"keys": keys, "metas": metas}
+        if self._table.workers == 1:
+            keys, metas = self._table.export()
+            return {"entries": len(keys)}, {"keys": keys, "metas": metas}
+        keys, locs, planes = self._table.export(workers=True)
+        return {"entries": len(keys)}, {"keys": keys, "locations": locs, "planes": planes}
 
     def _restore_state(self, meta, sections):
-        keys, metas = sections["keys"], sections["metas"]
-        if keys.ndim != 1 or metas.shape != (len(keys), self.meta_size):
-            raise ValueError("keys and metas do not match")
-        self._loaded = (keys, metas)
+        keys = sections["keys"]
+        if "planes" in sections:
+            locs, planes = sections["locations"], sections["planes"]
+            if (keys.ndim != 1 or locs.shape != keys.shape or planes.ndim != 3
+                    or planes.shape[1:] != (len(keys), self.meta_size) or planes.shape[0] > 64):
+                raise ValueError("keys, locations and planes do not match")
+        else:
+            metas = sections["metas"]
+            if keys.ndim != 1 or metas.shape != (len(keys), self.meta_size):
+                raise ValueError("keys and metas do not match")
+            locs, planes = np.ones(len(keys), dtype=np.uint64), metas[None]
+        self._loaded = (keys, locs, planes)
 
     def _catch_up(self, meta):
-        keys, metas = self._loaded
+        keys, locs, planes = self._loaded
         self._loaded = None
         self._table.reserve(len(keys))
-        self._table.insert(keys, metas)
+        for w in range(planes.shape[0]):      # one bulk insert per worker
+            held = (locs >> np.uint64(w)) & np.uint64(1) == 1
+            if held.any():
+                self._table.insert(keys[held], planes[w][held], w)
         return {"entries_rebuilt": len(keys)}
 
     def stats(self) -> dict:
@@ -122,7 +161,7 @@ class DramBlockHashStrategy(IndexStrategy):
         return {
             "entries": len(t), "memory_bytes": t.nbytes, "capacity": t.capacity,
             "matches": m, "probes_per_match": c["lookups"] / m if m else 0.0,
-            "store_reads_per_match": 0.0,
+            "store_reads_per_match": 0.0, "remove_noops": c["remove_noops"],
         }
 
 
@@ -132,6 +171,7 @@ class SsdBlockHashStrategy(IndexStrategy):
     name = "ssd-blockhash"
     needs_store = True
     exact = True
+    supports_remove = True
     options = {
         "probe": Option("sequential", "sequential: one get per block until a miss (the "
                         "baseline); batch: get_many in growing chunks",
@@ -142,7 +182,8 @@ class SsdBlockHashStrategy(IndexStrategy):
                                "batch: one get_many of every block of the request; bisect: "
                                "binary search for the first missing block, log2(n) gets "
                                "(valid because every insert writes a whole prefix in one "
-                               "atomic batch, so the stored blocks of a chain are a prefix)",
+                               "atomic batch, so the stored blocks of a chain are a prefix; "
+                               "once a block was removed, inserts probe in a batch)",
                                choices=("batch", "bisect")),
     }
 
@@ -152,9 +193,11 @@ class SsdBlockHashStrategy(IndexStrategy):
         self._batch = self.opts["probe"] == "batch"
         self._insert_lock = _phases.TimedLock()
         self._count_lock = threading.Lock()
-        self._entries = 0          # blocks written by this instance
+        self._entries = 0          # blocks written by this instance, less those removed
         self._matches = 0
         self._match_reads = 0
+        self._remove_noops = 0
+        self._removed = False      # a remove can leave a chain's stored blocks a non-prefix
 
     def _values(self, keys: list) -> tuple[list, int]:
         """Values of the longest present prefix of ``keys``, and the store reads it took."""
@@ -234,7 +277,7 @@ class SsdBlockHashStrategy(IndexStrategy):
         # Probe outside the lock (usually most blocks are present), then re-probe
         # under it only the ones that were missing: the first writer of a block
         # still wins, and other threads' inserts wait only for the new blocks.
-        bisect = self.opts["insert_probe"] == "bisect"
+        bisect = self.opts["insert_probe"] == "bisect" and not self._removed
         if bisect:
             d = self._first_missing(keys, 0)
             missing = range(d, n)
@@ -284,6 +327,37 @@ class SsdBlockHashStrategy(IndexStrategy):
             self.store.write_items(puts)
             self._entries += len(puts)
 
+    def remove(self, block_ids: np.ndarray, worker: int | None = None) -> int:
+        """Delete the listed blocks that exist, in one write batch."""
+        ids, _w = self._removal_args(block_ids, worker)
+        if len(ids) == 0:
+            return 0
+        keys = list(dict.fromkeys(ids.tolist()))
+        with self._insert_lock:
+            present = [k for k, v in zip(keys, self.store.get_many(keys)) if v is not None]
+            if present:
+                self.store.write_items((), present)
+            self._entries -= len(present)
+            self._remove_noops += len(ids) - len(present)
+            self._removed = True
+        return len(present)
+
+    def clear(self, worker: int | None = None) -> None:
+        """Delete every block (one location: any worker is every worker), scanning the
+        store in chunks so memory stays bounded."""
+        check_worker("strategy ssd-blockhash.clear", worker, self.max_workers, True)
+        with self._insert_lock:
+            while True:
+                chunk = []
+                for k, _v in self.store.scan(0):
+                    chunk.append(k)
+                    if len(chunk) == 65536:
+                        break
+                if not chunk:
+                    break
+                self.store.write_items((), chunk)
+            self._entries = 0
+
     def _first_missing(self, keys: list, lo: int) -> int:
         """Index of the first block of ``keys`` not in the store (binary search in
         ``[lo, len(keys))``; every block before ``lo`` is known to be stored)."""
@@ -301,10 +375,11 @@ class SsdBlockHashStrategy(IndexStrategy):
     rebuild_from_store = True
 
     def _snapshot_state(self):
-        return {"entries": self._entries}, {}
+        return {"entries": self._entries, "removed": self._removed}, {}
 
     def _restore_state(self, meta, sections):
         self._entries = int(meta.get("entries", 0))
+        self._removed = bool(meta.get("removed", False))
 
     def stats(self) -> dict:
         s = self.store.stats()
@@ -313,6 +388,7 @@ class SsdBlockHashStrategy(IndexStrategy):
             "entries": self._entries, "memory_bytes": 0, "matches": m,
             "stored_block_entries": self._entries,
             "store_reads_per_match": self._match_reads / m if m else 0.0,
+            "remove_noops": self._remove_noops,
             "store_reads": s.reads, "store_read_calls": s.read_calls, "store_writes": s.writes,
         }
 
