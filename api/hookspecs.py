@@ -31,3 +31,9 @@ def prefixbench_register_workloads(register):
 @hookspec
 def prefixbench_register_tokenizers(register):
     """Register tokenizers: ``register(name, factory)``, factory(**options) -> Tokenizer."""
+
+
+@hookspec
+def prefixbench_register_evictions(register):
+    """Register KVCache-pool eviction policies: ``register(name, cls)``, cls an
+    ``EvictionPolicy`` subclass (see ``prefixbench.plugins.eviction``)."""

@@ -23,7 +23,7 @@ from prefixbench.errors import DuplicatePluginError, UnknownPluginError
 from prefixbench import hookspecs
 
 ENTRY_POINT_GROUP = "prefixbench"
-KINDS = ("strategy", "engine", "workload", "tokenizer")
+KINDS = ("strategy", "engine", "workload", "tokenizer", "eviction")
 
 #: built-in plugins, registered by module like any third-party plugin
 BUILTIN_PLUGINS = (
@@ -34,6 +34,7 @@ BUILTIN_PLUGINS = (
     "prefixbench.plugins.sarp",
     "prefixbench.plugins.redis_blockhash",
     "prefixbench.plugins.sparse_state",
+    "prefixbench.plugins.eviction",
     "prefixbench.engines.memory",
     "prefixbench.engines.lmdb",
     "prefixbench.engines.rocksdb",
@@ -109,6 +110,7 @@ class Registry:
             "engine": self.pm.hook.prefixbench_register_engines,
             "workload": self.pm.hook.prefixbench_register_workloads,
             "tokenizer": self.pm.hook.prefixbench_register_tokenizers,
+            "eviction": self.pm.hook.prefixbench_register_evictions,
         }
         own_version = _own_version()
         for kind, hook in hooks.items():

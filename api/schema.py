@@ -54,6 +54,14 @@ Writers
     as ``integer``) is read the same, and a writer should switch to the
     schema's.
 
+Pools
+    A bounded-pool run (``--pool-blocks``) counts hits on the routed worker:
+    ``hit-tokens``, ``oracle-hit-tokens`` and ``token-hit-rate`` are then the
+    hit rate at capacity beside the oracle with the same pools.  Its
+    metadata carries :data:`POOL_KEYS` and the sampled series
+    :data:`SERIES_KEY` (a JSON list of ``[requests so far, index entries,
+    blocks held in all pools]``), which is not a figure.
+
 This module is pure: it reads any object shaped like a loaded
 ``pyperf.BenchmarkSuite`` (``get_benchmarks()``; each benchmark
 ``get_name()``, ``get_runs()``; each run ``values``, ``get_metadata()``) and
@@ -78,6 +86,11 @@ ZEROS_KEY = "zero_figures"
 MACHINE_KEYS = ("cpu_model_name", "cpu_count", "mem_total", "store_device")
 
 #: schema unit -> pyperf unit
+#: metadata keys of a bounded-pool run's configuration
+POOL_KEYS = ("pool_blocks", "pool_evict", "pool_workers", "pool_route", "pool_route_seed")
+#: metadata key of a pool run's index-entries series
+SERIES_KEY = "index_entries_series"
+
 PYPERF_UNIT = {"seconds": "second", "bytes": "byte", "count": "integer", "ratio": "integer",
                "ppm": "integer", "per-second": "integer", "flag": "integer"}
 
@@ -139,6 +152,34 @@ def _latencies():
 
 
 def _recovery():
+def _pools():
+    """Bounded-pool runs (``--pool-blocks``, ``sweep capacity``)."""
+    out = [Figure(f"remove-latency-{label}", "seconds", "latency",
+                  f"{stat} latency of one remove call (a pool's evictions) during the replay",
+                  "lower")
+           for label, stat in (("mean", "mean"), ("p50", "median"),
+                               ("p90", "90th percentile"), ("p99", "99th percentile"),
+                               ("p999", "99.9th percentile"), ("max", "maximum"))]
+    out += [
+        Figure("evictions-per-request", "count", "eviction",
+               "blocks evicted from the workers' pools per request"),
+        Figure("removals-per-request", "count", "eviction",
+               "block availabilities the index's remove calls removed, per request"),
+        Figure("any-worker-hit-tokens", "count", "hit-rate",
+               "prompt tokens available on any worker (the index's answer), pool runs"),
+        Figure("oracle-any-worker-hit-tokens", "count", "hit-rate",
+               "the oracle's prompt tokens available on any worker, pool runs"),
+        Figure("missing-locations", "count", "correctness",
+               "matched blocks whose locations lack a worker the oracle has", "lower"),
+        Figure("pool-blocks-held", "count", "eviction",
+               "blocks held in all workers' pools at the end of the run"),
+        Figure("stack-inclusion-violations", "count", "correctness",
+               "capacity sweep (LRU, one worker): capacities whose hit rate fell below a "
+               "smaller capacity's", "lower"),
+    ]
+    return out
+
+
     parts = (("total", "process start to the first correctly served match (child clock)"),
              ("process-start-to-first-match", "wall time of the recovering process, "
                                               "interpreter start included"),
@@ -259,6 +300,7 @@ FIGURES: tuple = tuple([
            metadata=(("unique_block_entries", 1.0),)),
     Figure("probe-hit-tokens-before", "count", "recovery", "probe hit tokens before the "
            "restart"),
+    *_pools(),
     Figure("hit-rate-equal", "flag", "correctness", "1 when the hit rate after recovery "
            "equals the one before", "higher", metadata=(("hit_rate_equal", 1.0),)),
     Figure("span-share-gt3", "ratio", "workload", "share of 256-token spans with more than "

@@ -33,6 +33,38 @@ def _add_store_options(p: argparse.ArgumentParser) -> None:
                    "(default: a temporary directory, removed afterwards)")
 
 
+def _add_pool_options(p: argparse.ArgumentParser, sweep: bool = False) -> None:
+    g = p.add_argument_group("bounded KVCache pools (prefixbench.harness.pools)")
+    if sweep:
+        g.add_argument("--pool-blocks", metavar="N,N,...", help="capacity: comma-separated "
+                       "pool sizes in blocks per worker, e.g. 1e3,1e4,1e5")
+    else:
+        g.add_argument("--pool-blocks", metavar="N", help="KVCache capacity of each worker in "
+                       "blocks: evicted blocks are removed from the index (one replay, no "
+                       "pyperf.Runner part)")
+    g.add_argument("--evict", metavar="POLICY", help="eviction policy, leaves first: lru, lfu, "
+                   "fifo or a plugin's (default: lru)")
+    g.add_argument("--workers", type=int, metavar="K", help="workers, each with its own pool "
+                   "(1-64; default: 1)")
+    g.add_argument("--route", metavar="ROUTE", help="round-robin, random or cache-aware "
+                   "(longest prefix by the index's locations, ties to the fewest blocks "
+                   "held; default: round-robin)")
+
+
+def _pool_config(args, sweep: bool = False):
+    """The run's PoolConfig, or None without --pool-blocks (the other pool options then
+    are one error line)."""
+    if args.pool_blocks is None:
+        for option, given in (("--evict", args.evict), ("--workers", args.workers),
+                              ("--route", args.route)):
+            if given is not None:
+                raise ConfigError(f"option {option}: needs --pool-blocks (the pools it "
+                                  "configures)")
+        return None
+    from prefixbench.harness import pools
+    return pools.make_config(args.pool_blocks, args.evict, args.workers, args.route)
+
+
 def _add_workload_options(p: argparse.ArgumentParser, required=True) -> None:
     p.add_argument("--workload", "-w", required=required,
                    help="workload name (see 'prefixbench plugins')")
@@ -77,6 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--breakdown", action="store_true", help="split match and insert latency "
                    "into storage, routing, hashing, verify, lock and the rest (paper Fig. 7) "
                    "and print that table")
+    _add_pool_options(p)
     p.add_argument("--quiet", "-q", action="store_true", dest="quiet_sub", help="no progress bars")
 
     p = sub.add_parser("scale", help="thread scaling: throughput at 1, 2, 4, 8 request threads",
@@ -136,7 +169,10 @@ def build_parser() -> argparse.ArgumentParser:
                        "or space (ssd-blockhash beside sarp or other stored layouts on one "
                        "on-disk engine: bytes on disk, logical bytes, space amplification, "
                        "block-metadata entries, each as a ratio to ssd-blockhash; section 6.6, "
-                       "Table 5).",
+                       "Table 5) or capacity (bounded KVCache pools at each --pool-blocks: hit "
+                       "rate at capacity beside the oracle with the same pools, loss, evictions, "
+                       "match/insert/remove latency, index size; LRU with one worker is checked "
+                       "for stack inclusion).",
                        epilog="Cache: --cache-rule paper first replays ssd-blockhash on the engine "
                        "and gives every SSD-backed strategy 10%% (--cache-fraction) of its logical "
                        "store, entries x (8-byte key + 16-byte metadata; at --scale paper counted "
@@ -145,7 +181,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "-o OUT.json writes pyperf suites with benchmarks named SETTING-FIGURE "
                        "(retrieval-1-match-latency-mean, sarp-insert-latency-mean, ...) and "
                        "OUT.counts.json; compare two sweeps with 'python -m pyperf compare_to'.")
-    p.add_argument("kind", metavar="KIND", help="retrieval, ablation, strategies or space")
+    p.add_argument("kind", metavar="KIND", help="retrieval, ablation, strategies, space or "
+                   "capacity")
     _add_workload_options(p)
     g = p.add_argument_group("engine")
     g.add_argument("--engine", "-e",
@@ -203,6 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--breakdown", action="store_true", help="split match and insert latency "
                    "into storage, routing, hashing, verify, lock and the rest (paper Fig. 7) "
                    "and print that table under the sweep")
+    _add_pool_options(p, sweep=True)
     p.add_argument("-o", "--output", help="pyperf JSON output file (counts go to OUT.counts.json)")
     p.add_argument("--quiet", "-q", action="store_true", dest="quiet_sub", help="no progress bars")
 
@@ -395,6 +433,9 @@ def cmd_run(args, leftover, argv, quiet):
         warm_fraction=args.warm_fraction, breakdown=args.breakdown)
     our_argv = _split_argv(argv, leftover)
     if our_argv and our_argv[0] in ("--quiet", "-q"):
+    pool = _pool_config(args)
+    if pool is not None:
+        return _run_pooled(args, spec, pool, quiet)
         our_argv = our_argv[1:]
     if our_argv and our_argv[0] == "run":
         our_argv = our_argv[1:]
@@ -419,6 +460,23 @@ def cmd_run(args, leftover, argv, quiet):
 
 def cmd_scale(args, leftover, argv, quiet):
     from prefixbench.harness import pyperf_io, scaling
+def _run_pooled(args, spec, pool, quiet):
+    from prefixbench.harness.capacity import format_pool_lines, run_pooled
+    from prefixbench.reports.tables import format_replay
+
+    res = run_pooled(spec, pool, output=args.output, quiet=quiet)
+    print(format_replay(spec, res))
+    print(format_pool_lines(res))
+    if args.csv:
+        from prefixbench.harness.export import append_row, row
+        from prefixbench.harness.pyperf_io import git_commit
+        append_row(args.csv, row(spec, res, git_commit()))
+    if args.output:
+        from prefixbench.harness.pyperf_io import counts_path
+        print(f"wrote {args.output} and {counts_path(args.output)}")
+    return 0
+
+
     from prefixbench.harness.bench import RunSpec
     from prefixbench.harness.build import parse_kv, parse_size
 
@@ -533,6 +591,12 @@ def cmd_sweep(args, leftover, argv, quiet):
 
     cfg = sweeps.make_config(
         args.kind, workload=args.workload,
+    if args.kind == "capacity":
+        return _sweep_capacity(args, quiet)
+    for option, given in (("--pool-blocks", args.pool_blocks), ("--evict", args.evict),
+                          ("--workers", args.workers), ("--route", args.route)):
+        if given is not None:
+            raise ConfigError(f"option {option}: only the capacity sweep takes pools")
         workload_options=parse_kv("--workload-option", args.workload_option),
         engine=args.engine, engine_options=parse_kv("--engine-option", args.engine_option),
         cache_rule=args.cache_rule, cache_bytes=args.cache_bytes,
@@ -556,6 +620,33 @@ def cmd_sweep(args, leftover, argv, quiet):
 
 def cmd_recover(args, leftover, argv, quiet):
     from prefixbench.harness.build import parse_kv, parse_size
+def _sweep_capacity(args, quiet):
+    from prefixbench.harness import capacity
+    from prefixbench.harness.build import parse_kv
+
+    for option, given in (("--cache-rule", args.cache_rule),
+                          ("--cache-fraction", args.cache_fraction),
+                          ("--budgets", args.budgets), ("--scale", args.scale),
+                          ("--run-requests", args.run_requests), ("--repeat", args.repeat),
+                          ("--threads", args.threads), ("--cap-rule", args.cap_rule),
+                          ("--breakdown", args.breakdown or None)):
+        if given is not None:
+            raise ConfigError(f"option {option}: the capacity sweep does not take it")
+    cfg = capacity.make_config(
+        workload=args.workload, pool_blocks=args.pool_blocks,
+        workload_options=parse_kv("--workload-option", args.workload_option),
+        evict=args.evict, workers=args.workers, route=args.route, strategies=args.strategies,
+        strategy_options=parse_kv("--strategy-option", args.strategy_option),
+        engine=args.engine, engine_options=parse_kv("--engine-option", args.engine_option),
+        cache_bytes=args.cache_bytes, direct_io=args.direct_io, durability=args.durability,
+        limit=args.limit)
+    result = capacity.run_capacity(cfg, quiet=quiet)
+    print(result.table())
+    if args.output:
+        print("wrote {} and {}".format(*result.write(args.output)))
+    return 0
+
+
     from prefixbench.harness.recovery import RecoverSpec, format_result, parse_count, run_recover
 
     spec = RecoverSpec(

@@ -15,6 +15,14 @@ The counts suite gets ``match-phase-switches`` and ``insert-phase-switches``
 (clock switches per request).  Its metadata carries ``breakdown_overhead`` (estimated clock time per match
 over the mean match latency), ``breakdown_overhead_insert`` and
 ``breakdown_pair_ns``.
+
+A bounded-pool run (``--pool-blocks``, :mod:`prefixbench.harness.pools`) adds
+``remove-latency-{mean,p50,p90,p99,p999,max}`` (per remove call) to the times and
+:data:`POOL_COUNT_FIGURES` (evictions and removals per request, the any-worker
+hit tokens beside the oracle's, missing locations, blocks held) to the counts;
+its metadata carries the pool configuration (``pool_blocks``, ``pool_evict``,
+``pool_workers``, ``pool_route``, ``pool_route_seed``) and ``index_entries_series``: a JSON list of
+``[requests so far, index entries, blocks held in all pools]`` samples.
 """
 from __future__ import annotations
 
@@ -63,6 +71,35 @@ COUNT_FIGURES = (
 
 def strategy_figures(stats: dict) -> list[tuple[str, str, float]]:
     """Every numeric strategy counter as ``index-<name>`` (bytes for ``*_bytes``).
+
+#: a pool run's remove latency (seconds, per remove call)
+POOL_TIME_FIGURES = tuple(
+    (f"remove-latency-{label}", functools.partial(_latency, "remove", q))
+    for label, q in (("mean", None), ("p50", 50), ("p90", 90), ("p99", 99), ("p999", 99.9),
+                     ("max", 100)))
+
+#: a pool run's counts
+POOL_COUNT_FIGURES = (
+    ("evictions-per-request", "integer",
+     lambda r: r.evictions / r.requests if r.requests else 0),
+    ("removals-per-request", "integer",
+     lambda r: r.removals / r.requests if r.requests else 0),
+    ("any-worker-hit-tokens", "integer", lambda r: r.any_hit_tokens),
+    ("oracle-any-worker-hit-tokens", "integer", lambda r: r.oracle_any_hit_tokens),
+    ("missing-locations", "integer", lambda r: r.missing_locations),
+    ("pool-blocks-held", "integer", lambda r: r.pool_held),
+)
+
+
+def pool_metadata(res: ReplayResult) -> dict:
+    """A pool run's configuration and its index-entries series (empty without pools)."""
+    if not res.pool:
+        return {}
+    md = {k: v for k, v in res.pool.items()}
+    md["index_entries_series"] = json.dumps([list(s) for s in res.entries_series],
+                                            separators=(",", ":"))
+    return md
+
 
     Strategies report different counters (SARP's candidate counts, the
     capped radix's spills, ...); compare_to lines up whatever two runs share.
@@ -188,3 +225,8 @@ def write_suite(path: str, benchmarks: list) -> None:
     d = os.path.dirname(os.path.abspath(path))
     os.makedirs(d, exist_ok=True)
     pyperf.BenchmarkSuite(benchmarks).dump(path, replace=True)
+    md.update(pool_metadata(res))
+    if res.pool:
+        times += [_one_shot(n, "second", f(res), md) for n, f in POOL_TIME_FIGURES]
+    if res.pool:
+        counts += [_one_shot(n, u, f(res), md) for n, u, f in POOL_COUNT_FIGURES]

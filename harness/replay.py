@@ -84,6 +84,19 @@ class ReplayResult:
     breakdown_overhead: float = 0.0
     #: the same for inserts
     breakdown_overhead_insert: float = 0.0
+    #: bounded-pool runs (prefixbench.harness.pools): the pool configuration, empty
+    #: without pools; hit tokens then count the prefix on the routed worker
+    pool: dict = field(default_factory=dict)
+    any_hit_tokens: int = 0           # prefix available on any worker
+    oracle_any_hit_tokens: int = 0
+    evictions: int = 0                # blocks evicted from the pools
+    removals: int = 0                 # availabilities the index's remove calls removed
+    missing_locations: int = 0        # matched blocks lacking a worker the oracle has
+    #: ns per remove call (requests that evicted something)
+    remove_ns: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    #: (requests so far, index entries, blocks held in all pools), sampled
+    entries_series: list = field(default_factory=list)
+    pool_held: int = 0                # blocks held in all pools at the end
 
     # ---- derived figures ----------------------------------------------
     @property
@@ -103,7 +116,7 @@ class ReplayResult:
 
     @property
     def busy_seconds(self) -> float:
-        return float(self.match_ns.sum() + self.insert_ns.sum()) / 1e9
+        return float(self.match_ns.sum() + self.insert_ns.sum() + self.remove_ns.sum()) / 1e9
 
     @property
     def throughput(self) -> float:
@@ -125,14 +138,16 @@ class ReplayResult:
     def latency(self, which: str, q: float | None = None) -> float:
         """Seconds: mean if ``q`` is None, else the ``q`` percentile (0-100).
 
-        ``which`` is ``match``, ``insert`` or ``request`` (match + insert of one
-        request).  Latencies are buffered per request during the replay and
+        ``which`` is ``match``, ``insert``, ``remove`` (one remove call of a pool
+        run) or ``request`` (match + insert of one request).  Latencies are buffered per request during the replay and
         summarised only afterwards, so the timed path never touches a histogram.
         """
         if which == "match":
             arr = self.match_ns
         elif which == "insert":
             arr = self.insert_ns
+        elif which == "remove":
+            arr = self.remove_ns
         else:
             arr = self.match_ns + self.insert_ns
         if not len(arr):
@@ -159,8 +174,12 @@ def replay(strategy: IndexStrategy, workload: Workload, *, oracle: IndexStrategy
            limit: int | None = None, quiet: bool = True, desc: str = "replay",
            freeze_gc: bool = True, check: bool = True, threads: int = 1,
            threaded: bool = False, status_every: float = 0.0,
-           breakdown: bool = False) -> ReplayResult:
+           breakdown: bool = False, pools=None) -> ReplayResult:
     """Replay ``workload`` through ``strategy`` (and the shadow ``oracle``).
+
+    ``pools`` (a :class:`prefixbench.harness.pools.PoolConfig`) bounds each worker's
+    KVCache pool: evictions reach the index and the oracle as removes
+    (:func:`prefixbench.harness.pools.replay_pooled`).
 
     ``threads > 1`` (or ``threaded``) runs request threads; see :func:`replay_threaded`.
     ``status_every`` seconds (0 = never) adds match p99 and the false hits so far
@@ -168,6 +187,15 @@ def replay(strategy: IndexStrategy, workload: Workload, *, oracle: IndexStrategy
     timed calls (a status line in the spirit of YCSB's ``-s``).
     ``breakdown`` splits each latency into phases (see the module docstring).
     """
+    if pools is not None:
+        from prefixbench.harness.pools import replay_pooled
+        if threads > 1 or threaded or breakdown:
+            from prefixbench.errors import ConfigError
+            raise ConfigError("option --pool-blocks: pool runs replay on one request thread "
+                              "without --breakdown")
+        return replay_pooled(strategy, workload, pools, oracle=oracle, limit=limit,
+                             quiet=quiet, desc=desc, freeze_gc=freeze_gc, check=check,
+                             status_every=status_every)
     if threads > 1 or threaded:
         return replay_threaded(strategy, workload, threads=threads, limit=limit, quiet=quiet,
                                desc=desc, freeze_gc=freeze_gc, check=check,

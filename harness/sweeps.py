@@ -319,7 +319,8 @@ def make_config(kind: str, *, workload: str, workload_options: dict | None = Non
     """Check the user's text and build a :class:`SweepConfig`; every problem is one
     :class:`ConfigError` line, raised before any replay starts."""
     if kind not in KINDS:
-        raise ConfigError(f"sweep: unknown kind {kind!r}; choose one of {', '.join(KINDS)}")
+        raise ConfigError(f"sweep: unknown kind {kind!r}; choose one of "
+                          f"{', '.join((*KINDS, 'capacity'))}")
     scale = "small" if scale is None else scale
     if scale not in SCALES:
         raise ConfigError(f"option --scale: {scale!r} is not one of {', '.join(SCALES)}")

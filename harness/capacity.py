@@ -1,0 +1,360 @@
+"""``prefixbench sweep capacity`` and ``run --pool-blocks``: replays under bounded pools.
+
+``sweep capacity -w W --pool-blocks 5e3,1e4,5e4 [--evict lru] [--workers K]
+[--route R] [--strategies a,b]`` replays the workload once per strategy and
+capacity (ascending), each on a fresh store and a fresh radix oracle that
+applies the same store and remove events (:mod:`prefixbench.harness.pools`),
+and prints one table: hit rate at capacity beside the oracle's, loss, the
+any-worker hit rate, evictions per request, match / insert / remove latency,
+index entries and memory.
+
+Stack inclusion.  With one worker, LRU and a pinned set that is only the
+in-flight request's own prefix (the sequential replay), leaf-first LRU is a
+stack algorithm (its eviction order does not depend on the capacity), so a
+larger pool holds a superset of a smaller one at every request and the exact
+hit rate cannot fall as capacity grows.  The sweep checks this on the
+oracle's hit rate and on every exact strategy's, and prints each violation;
+under other policies, several workers or routing, it prints the curve as
+measured and says the check does not apply.
+
+Capacity cliff.  Under the table, the adjacent pair of capacities with the
+largest drop of the oracle's hit rate, the place a serving team should not
+size below.
+
+Strategies default to ``radix``, ``dram-blockhash`` and ``sarp``, keeping
+those whose ``supports_remove`` is set (a skipped one is named on a note
+line); a strategy given by name that cannot remove is one error line.
+``-S STRATEGY:KEY=VALUE`` sets a strategy's option (unprefixed: sarp's).
+
+``run --pool-blocks N`` is one such replay; it skips the pyperf.Runner
+warmed-match benchmark (a pool's content depends on the whole history, so
+there is no repeatable warm state) and writes the suites of
+:func:`prefixbench.harness.pyperf_io.replay_suites` with the pool figures.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from prefixbench.errors import ConfigError
+from prefixbench.harness import pools as _pools
+from prefixbench.harness import pyperf_io
+from prefixbench.harness.bench import make_workload
+from prefixbench.harness.build import build
+from prefixbench.harness.replay import ReplayResult, make_oracle, replay
+from prefixbench.plugins.strategy import parse_options
+from prefixbench.registry import get_registry
+from prefixbench.units import parse_size
+
+DEFAULT_STRATEGIES = ("radix", "dram-blockhash", "sarp")
+MAX_CAPACITIES = 32
+
+
+def parse_capacities(text: str) -> tuple:
+    """``5e3,1e4,10k`` -> ascending distinct block counts."""
+    parts = [p.strip() for p in str(text).split(",") if p.strip()]
+    if not parts:
+        raise ConfigError("option --pool-blocks: give one or more block counts, e.g. 1e3,1e4")
+    caps = sorted({_pools.parse_pool_blocks("--pool-blocks", p) for p in parts})
+    if len(caps) > MAX_CAPACITIES:
+        raise ConfigError(f"option --pool-blocks: {len(caps)} capacities; give at most "
+                          f"{MAX_CAPACITIES}")
+    return tuple(caps)
+
+
+@dataclass
+class CapacityConfig:
+    workload: str
+    workload_options: dict = field(default_factory=dict)
+    capacities: tuple = ()
+    evict: str = _pools.DEFAULT_EVICT
+    workers: int = 1
+    route: str = _pools.DEFAULT_ROUTE
+    strategies: tuple = DEFAULT_STRATEGIES
+    strategy_options: dict = field(default_factory=dict)
+    engine: str = "memory"
+    engine_options: dict = field(default_factory=dict)
+    cache_bytes: int = 64 << 20
+    direct_io: bool = False
+    durability: str = "async"
+    limit: int | None = None
+    notes: list = field(default_factory=list)
+
+    def pool(self, capacity: int) -> _pools.PoolConfig:
+        return _pools.PoolConfig(capacity, self.evict, self.workers, self.route)
+
+    @property
+    def inclusion_applies(self) -> bool:
+        return self.evict == "lru" and self.workers == 1
+
+    def describe(self) -> dict:
+        return {"workload_options": self.workload_options, "capacities": list(self.capacities),
+                "evict": self.evict, "workers": self.workers, "route": self.route,
+                "strategies": list(self.strategies), "engine": self.engine,
+                "engine_options": self.engine_options, "cache_bytes": self.cache_bytes,
+                "direct_io": self.direct_io, "durability": self.durability,
+                "limit": self.limit}
+
+
+def make_config(*, workload: str, pool_blocks, workload_options: dict | None = None,
+                evict: str | None = None, workers: int | None = None, route: str | None = None,
+                strategies: str | None = None, strategy_options: dict | None = None,
+                engine: str | None = None, engine_options: dict | None = None,
+                cache_bytes: str | None = None, direct_io: bool = False,
+                durability: str = "async", limit: int | None = None,
+                check_fit: bool = True) -> CapacityConfig:
+    """Check the user's text (each problem one line, before any replay)."""
+    from prefixbench.harness.sweeps import _split_strategy_options, parse_strategies
+
+    if pool_blocks is None:
+        raise ConfigError("option --pool-blocks: sweep capacity needs the capacities, "
+                          "e.g. --pool-blocks 1e3,1e4,1e5")
+    caps = parse_capacities(pool_blocks)
+    base = _pools.make_config(caps[0], evict, workers, route)
+    if limit is not None and limit < 1:
+        raise ConfigError(f"option --limit: {limit} must be >= 1")
+    reg = get_registry()
+    reg.get("workload", workload)
+    engine = engine or "memory"
+    reg.get("engine", engine)
+    notes = []
+    if strategies is not None:
+        names = parse_strategies(strategies)
+        for n in names:
+            _pools.check_strategy(n, base)
+    else:
+        names, skipped = [], []
+        for n in DEFAULT_STRATEGIES:
+            try:
+                _pools.check_strategy(n, base)
+                names.append(n)
+            except ConfigError:
+                skipped.append(n)
+        if skipped:
+            notes.append(f"note: skipped {', '.join(skipped)} (cannot remove blocks, or tracks "
+                         f"fewer than {base.workers} workers)")
+        if not names:
+            raise ConfigError("option --strategies: none of the default strategies "
+                              f"({', '.join(DEFAULT_STRATEGIES)}) can follow evicting pools")
+        names = tuple(names)
+    opts = _split_strategy_options(dict(strategy_options or {}), names)
+    for n in names:
+        cls = reg.get("strategy", n).factory
+        parse_options(f"strategy {n}", cls.options, opts.get(n, {}))
+    cfg = CapacityConfig(
+        workload=workload, workload_options=dict(workload_options or {}), capacities=caps,
+        evict=base.evict, workers=base.workers, route=base.route, strategies=names,
+        strategy_options=opts, engine=engine, engine_options=dict(engine_options or {}),
+        cache_bytes=parse_size("--cache-bytes", cache_bytes if cache_bytes is not None
+                               else "64MiB"),
+        direct_io=direct_io, durability=durability, limit=limit, notes=notes)
+    if check_fit:
+        _pools.check_fits(make_workload(workload, cfg.workload_options), caps[0], limit)
+    return cfg
+
+
+@dataclass
+class CapacityRow:
+    strategy: str
+    capacity: int
+    result: ReplayResult
+    exact: bool
+
+    @property
+    def label(self) -> str:
+        return f"{self.strategy}-pool-{self.capacity}"
+
+
+@dataclass
+class CapacityResult:
+    config: CapacityConfig
+    rows: list
+
+    def violations(self) -> list:
+        """Stack-inclusion violations: ``(strategy or 'oracle', smaller capacity, its hit
+        rate, larger capacity, its hit rate)``; empty where the check does not apply."""
+        if not self.config.inclusion_applies:
+            return []
+        out = []
+        for s in self.config.strategies:
+            rows = [r for r in self.rows if r.strategy == s]
+            curves = [("oracle", [(r.capacity, r.result.oracle_hit_tokens,
+                                   r.result.prompt_tokens) for r in rows])]
+            if rows and rows[0].exact:
+                curves.append((s, [(r.capacity, r.result.hit_tokens, r.result.prompt_tokens)
+                                   for r in rows]))
+            for who, pts in curves:
+                for (c0, h0, p0), (c1, h1, p1) in zip(pts, pts[1:]):
+                    if h1 < h0:
+                        v = (who if who != "oracle" else f"oracle ({s})", c0, h0 / p0, c1,
+                             h1 / p1)
+                        if v not in out:
+                            out.append(v)
+        return out
+
+    def cliff(self):
+        """(smaller capacity, its oracle hit rate, larger, its rate) with the largest drop
+        going down in capacity, on the first strategy's rows; None with one capacity."""
+        rows = [r for r in self.rows if r.strategy == self.config.strategies[0]]
+        best = None
+        for a, b in zip(rows, rows[1:]):
+            drop = b.result.oracle_hit_rate - a.result.oracle_hit_rate
+            if best is None or drop > best[0]:
+                best = (drop, a.capacity, a.result.oracle_hit_rate, b.capacity,
+                        b.result.oracle_hit_rate)
+        return best[1:] if best is not None and best[0] > 0 else None
+
+    def table(self) -> str:
+        from prefixbench.reports.tables import fmt_bytes, fmt_seconds, format_table
+
+        cfg = self.config
+        head = (f"capacity sweep: {cfg.workload}, {cfg.workers} worker(s), route {cfg.route}, "
+                f"evict {cfg.evict}, engine {cfg.engine}")
+        rows = []
+        for r in self.rows:
+            res = r.result
+            rows.append((r.strategy, f"{r.capacity:,}", f"{res.hit_rate:.2%}",
+                         f"{res.oracle_hit_rate:.2%}", f"{res.hit_rate_loss:.3%}",
+                         f"{res.any_hit_tokens / res.prompt_tokens:.2%}"
+                         if res.prompt_tokens else "-",
+                         f"{res.evictions / res.requests:.1f}" if res.requests else "-",
+                         fmt_seconds(res.latency("match")), fmt_seconds(res.latency("match", 99)),
+                         fmt_seconds(res.latency("insert")),
+                         fmt_seconds(res.latency("remove")) if len(res.remove_ns) else "-",
+                         f"{int(res.strategy_stats.get('entries', 0)):,}",
+                         fmt_bytes(res.strategy_stats.get("memory_bytes", 0)),
+                         str(res.false_hits)))
+        lines = [head, *cfg.notes, format_table(
+            ("strategy", "pool blocks", "hit rate", "oracle", "loss", "any worker",
+             "evictions/req", "match mean", "match p99", "insert mean", "remove mean",
+             "index entries", "index memory", "false hits"), rows)]
+        if cfg.inclusion_applies:
+            bad = self.violations()
+            if not bad:
+                lines.append("stack inclusion (LRU, one worker): holds - the hit rate never "
+                             "falls as capacity grows")
+            for who, c0, h0, c1, h1 in bad:
+                lines.append(f"stack inclusion VIOLATED: {who} hit rate {h1:.4%} at {c1:,} "
+                             f"blocks < {h0:.4%} at {c0:,} blocks")
+        else:
+            lines.append("stack inclusion: not checked (it holds for --evict lru with one "
+                         "worker); the curve is as measured")
+        cl = self.cliff()
+        if cl is not None:
+            lines.append(f"capacity cliff: oracle hit rate {cl[3]:.2%} at {cl[2]:,} blocks, "
+                         f"{cl[1]:.2%} at {cl[0]:,} blocks (the largest drop)")
+        return "\n".join(lines)
+
+    def suites(self) -> tuple[list, list]:
+        cfg = self.config
+        times, counts = [], []
+        bad = len(self.violations())
+        for r in self.rows:
+            config = {**cfg.describe(), "setting": r.label,
+                      "strategy_options": cfg.strategy_options.get(r.strategy, {})}
+            md = pyperf_io.run_metadata(r.strategy, cfg.engine if r.result.store_stats
+                                        else None, cfg.workload, config)
+            md.update({"sweep": "capacity", "setting": r.label,
+                       "stack_inclusion_checked": int(cfg.inclusion_applies),
+                       "stack_inclusion_violations": bad})
+            t, c = pyperf_io.replay_suites(r.result, md)
+            times += [pyperf_io.renamed(b, f"{r.label}-{b.get_name()}") for b in t]
+            counts += [pyperf_io.renamed(b, f"{r.label}-{b.get_name()}") for b in c]
+        return times, counts
+
+    def write(self, output: str) -> tuple[str, str]:
+        times, counts = self.suites()
+        pyperf_io.write_suite(output, times)
+        cpath = pyperf_io.counts_path(output)
+        pyperf_io.write_suite(cpath, counts)
+        return output, cpath
+
+
+def run_capacity(cfg: CapacityConfig, *, quiet: bool = True) -> CapacityResult:
+    """Every strategy at every capacity, ascending, each on a fresh store and oracle."""
+    workload = make_workload(cfg.workload, cfg.workload_options)
+    reg = get_registry()
+    rows = []
+    for s in cfg.strategies:
+        exact = bool(getattr(reg.get("strategy", s).factory, "exact", False))
+        for cap in cfg.capacities:
+            res = replay_one(s, cfg.strategy_options.get(s, {}), workload, cfg.pool(cap),
+                             engine=cfg.engine, engine_options=cfg.engine_options,
+                             cache_bytes=cfg.cache_bytes, direct_io=cfg.direct_io,
+                             durability=cfg.durability, limit=cfg.limit, quiet=quiet,
+                             desc=f"{s} pool {cap:,}")
+            rows.append(CapacityRow(s, cap, res, exact))
+    return CapacityResult(cfg, rows)
+
+
+def replay_one(strategy: str, options: dict, workload, pool: _pools.PoolConfig, *,
+               engine, engine_options=None, cache_bytes=64 << 20, direct_io=False,
+               durability="async", store_dir=None, limit=None, quiet=True,
+               desc="replay", status_every=0.0) -> ReplayResult:
+    """One pooled replay of ``strategy`` on a fresh store beside a fresh oracle."""
+    built = build(strategy, engine, strategy_options=options, store_dir=store_dir,
+                  cache_bytes=cache_bytes, direct_io=direct_io, durability=durability,
+                  engine_options=engine_options or {}, block_tokens=workload.block_size)
+    oracle = make_oracle(built.strategy.meta_size)
+    try:
+        return replay(built.strategy, workload, oracle=oracle, limit=limit, quiet=quiet,
+                      desc=desc, status_every=status_every, pools=pool)
+    finally:
+        oracle.close()
+        built.close()
+
+
+def run_pooled(spec, pool: _pools.PoolConfig, *, output: str | None, quiet: bool):
+    """``prefixbench run --pool-blocks``: one pooled replay, its suites written to
+    ``output``; a run with false hits keeps its results and raises FalseHitsError."""
+    from prefixbench.harness.bench import FalseHitsError, _write
+
+    if spec.threads != 1:
+        raise ConfigError("option --threads: pool runs replay on one request thread")
+    if spec.breakdown:
+        raise ConfigError("option --breakdown: pool runs do not split latency into phases")
+    _pools.check_strategy(spec.strategy, pool)
+    workload = make_workload(spec.workload, spec.workload_options)
+    _pools.check_fits(workload, pool.pool_blocks, spec.limit)
+    cls = get_registry().get("strategy", spec.strategy).factory
+    engine = spec.engine if cls.needs_store else None
+    desc = spec.strategy + (f"/{engine}" if engine else "") + f" pool {pool.pool_blocks:,}"
+    res = replay_one(spec.strategy, spec.strategy_options, workload, pool, engine=engine,
+                     engine_options=spec.engine_options, cache_bytes=spec.cache_bytes,
+                     direct_io=spec.direct_io, durability=spec.durability,
+                     store_dir=spec.store_dir, limit=spec.limit, quiet=quiet, desc=desc,
+                     status_every=spec.status_every)
+    md = pyperf_io.run_metadata(spec.strategy, engine, spec.workload,
+                                {**spec.config(), **pool.describe()})
+    times, counts = pyperf_io.replay_suites(res, md)
+    _write(output, times, counts)
+    if res.false_hits:
+        raise FalseHitsError(f"{spec.strategy}: {res.false_hits} false hits under pools "
+                             f"(blocks or worker locations the oracle does not hold); "
+                             f"results kept in {output or 'no file'}")
+    return res
+
+
+def format_pool_lines(res: ReplayResult) -> str:
+    """The pool figures of one run, under ``format_replay``'s table."""
+    from prefixbench.reports.tables import fmt_seconds, format_table
+
+    p = res.pool
+    n = res.requests or 1
+    any_rate = res.any_hit_tokens / res.prompt_tokens if res.prompt_tokens else 0.0
+    oany = res.oracle_any_hit_tokens / res.prompt_tokens if res.prompt_tokens else 0.0
+    rows = [
+        ("pools", f"{p['pool_workers']} worker(s) x {p['pool_blocks']:,} blocks, evict "
+                  f"{p['pool_evict']}, route {p['pool_route']}"),
+        ("hit rate on the routed worker", f"{res.hit_rate:.4%} (oracle, same pools "
+                                          f"{res.oracle_hit_rate:.4%})"),
+        ("hit rate on any worker", f"{any_rate:.4%} (oracle {oany:.4%})"),
+        ("evictions / removals per request",
+         f"{res.evictions / n:.2f} / {res.removals / n:.2f}"),
+        ("remove latency mean / p99 (per call)",
+         " / ".join(fmt_seconds(res.latency("remove", q)) for q in (None, 99))
+         if len(res.remove_ns) else "- (nothing evicted)"),
+        ("missing locations", str(res.missing_locations)),
+        ("index entries at the end", f"{int(res.strategy_stats.get('entries', 0)):,} "
+                                     f"(pools hold {res.pool_held:,} blocks)"),
+    ]
+    return format_table(("pool figure", "value"), rows)

@@ -1,0 +1,464 @@
+"""Bounded KVCache pools, workers and routing: the replay under eviction.
+
+The model
+    A *worker* is one serving engine with its own KVCache pool of
+    ``pool_blocks`` blocks (``--pool-blocks``).  ``--workers K`` (1-64, the
+    width of the index's location bitmap) workers share one global index.
+    Each request goes to one worker, chosen per request by ``--route``:
+
+    ``round-robin``  request ``i`` to worker ``i % K``;
+    ``random``       a seeded uniform choice (seed 0: runs repeat);
+    ``cache-aware``  the worker holding the longest prefix of the request
+                     according to the index's answer (``Match.locations``,
+                     bit ``w`` = worker ``w``), ties to the worker holding the
+                     fewest blocks, then the lowest number (a KV-aware router).
+
+    The routed worker then computes the request: every block of
+    ``context + input + output`` it lacks is allocated in its pool.  When the
+    pool has too few free slots, blocks are evicted first, by the policy of
+    ``--evict`` (:mod:`prefixbench.plugins.eviction`), leaves first as radix
+    caches evict: a block with a cached child in the same pool is not a leaf.
+    Blocks the in-flight request references (the prefix it found on its
+    worker) are pinned and never evicted; the replay is sequential, so the
+    in-flight request is the current one.  A pool therefore always holds a
+    prefix-closed tree of chains.  A request with more blocks than one pool
+    holds cannot run: that is a configuration error naming the request.
+
+Events
+    Each request produces at most one remove event and one store event for
+    its worker, applied to the index in the order an engine publishes them:
+    ``remove(evicted, worker=w)`` (BlockRemoved) before
+    ``insert(context + input + output, metas, worker=w)`` (BlockStored; the
+    blocks the worker already held keep their first metadata).  The oracle
+    applies exactly the same events, so it knows every pool's content.
+
+Hit rate at capacity
+    A worker reuses only the KVCache in its own pool (no transfer between
+    workers), so a request's hit is the prefix of its prompt available **on
+    the routed worker**: the leading blocks whose location bit for that
+    worker is set.  The oracle's hit is the same quantity from its own
+    locations, which is exact for these pools and this routing; loss is
+    measured against it.  The prefix available on *any* worker (the index's
+    ``n_blocks``) is reported beside it as ``any-worker-hit-tokens``.  With
+    one worker the two are equal.  A strategy that tracks one location
+    (``Match.locations`` None) runs with one worker only.
+
+Checks
+    Beside the usual false hits (a block beyond the oracle's prefix, or with
+    other metadata), every matched block's location bitmap is compared with
+    the oracle's: a worker bit the oracle lacks is a false hit (a router would
+    send the request to a worker without that block), a bit the index lacks
+    is counted as a missing location.
+
+Figures (per run): evictions and index removals per request, match, insert
+and remove latency, the routed and any-worker hit rates beside the oracle's,
+and index entries over time (``entries_series``: about 64 samples of the
+strategy's ``entries`` and the blocks held in all pools, outside the timed
+calls).
+
+Cost: per request, NumPy over the request's blocks (lookups in a sorted
+index of the pool) and, when something must be evicted, one pass over the
+pool's slots; no per-block Python.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from prefixbench.errors import ConfigError, UnknownPluginError
+from prefixbench.harness.progress import progress
+from prefixbench.metas import make_metas
+from prefixbench.registry import get_registry
+
+ROUTES = ("round-robin", "random", "cache-aware")
+MAX_WORKERS = 64
+DEFAULT_EVICT = "lru"
+DEFAULT_ROUTE = "round-robin"
+#: samples of the index-entries series per run
+SERIES_POINTS = 64
+_ONE = np.uint64(1)
+
+
+# ----------------------------------------------------------------------------- configuration
+@dataclass(frozen=True)
+class PoolConfig:
+    pool_blocks: int
+    evict: str = DEFAULT_EVICT
+    workers: int = 1
+    route: str = DEFAULT_ROUTE
+    seed: int = 0
+
+    def describe(self) -> dict:
+        return {"pool_blocks": self.pool_blocks, "pool_evict": self.evict,
+                "pool_workers": self.workers, "pool_route": self.route,
+                "pool_route_seed": self.seed}
+
+
+def parse_pool_blocks(option: str, text) -> int:
+    """``1e4``, ``10000``, ``10k`` -> blocks; 0 or less is one line."""
+    s = str(text).strip()
+    mult = {"k": 10 ** 3, "m": 10 ** 6, "g": 10 ** 9}.get(s[-1:].lower(), 1)
+    try:
+        v = float(s[:-1] if mult != 1 else s) * mult
+    except ValueError:
+        raise ConfigError(f"option {option}: {text!r} is not a block count "
+                          "(e.g. 16384, 1e4 or 10k)") from None
+    if not np.isfinite(v) or v != int(v):
+        raise ConfigError(f"option {option}: {text!r} is not a whole number of blocks")
+    if v < 1:
+        raise ConfigError(f"option {option}: {s} blocks; a pool holds at least one "
+                          "request's blocks")
+    return int(v)
+
+
+def make_policy(name: str):
+    try:
+        return get_registry().get("eviction", name).factory()
+    except UnknownPluginError:
+        known = ", ".join(get_registry().names("eviction"))
+        raise ConfigError(f"option --evict: unknown eviction policy {name!r}; "
+                          f"known: {known}") from None
+
+
+def make_config(pool_blocks, evict: str | None = None, workers: int | None = None,
+                route: str | None = None, seed: int = 0) -> PoolConfig:
+    """A checked :class:`PoolConfig` from the user's options (each problem one line)."""
+    blocks = pool_blocks if isinstance(pool_blocks, int) and not isinstance(
+        pool_blocks, bool) else parse_pool_blocks("--pool-blocks", pool_blocks)
+    if blocks < 1:
+        parse_pool_blocks("--pool-blocks", blocks)
+    evict = evict or DEFAULT_EVICT
+    make_policy(evict)
+    workers = 1 if workers is None else workers
+    if not 1 <= workers <= MAX_WORKERS:
+        raise ConfigError(f"option --workers: {workers} workers; give 1 to {MAX_WORKERS} "
+                          "(the width of the index's location bitmap)")
+    route = route or DEFAULT_ROUTE
+    if route not in ROUTES:
+        raise ConfigError(f"option --route: {route!r} is not one of {', '.join(ROUTES)}")
+    return PoolConfig(blocks, evict, workers, route, seed)
+
+
+def check_strategy(name: str, cfg: PoolConfig) -> None:
+    """The strategy can serve these pools: it removes, and tracks ``cfg.workers``."""
+    cls = get_registry().get("strategy", name).factory
+    if not getattr(cls, "supports_remove", False):
+        raise ConfigError(f"option --pool-blocks: strategy {name} cannot remove blocks "
+                          "(supports_remove is False), so it cannot follow evicting pools")
+    width = int(getattr(cls, "max_workers", 1))
+    if cfg.workers > width:
+        raise ConfigError(f"option --workers: {cfg.workers} workers; strategy {name} "
+                          f"tracks at most {width} (max_workers)")
+
+
+def check_fits(workload, pool_blocks: int, limit: int | None = None) -> int:
+    """The largest request's block count; one line naming the first request that
+    does not fit in a pool of ``pool_blocks``."""
+    most = 0
+    for i, req in enumerate(workload.requests()):
+        if limit is not None and i >= limit:
+            break
+        n = len(req.insert_ids)
+        if n > pool_blocks:
+            raise ConfigError(f"option --pool-blocks: {pool_blocks} blocks is smaller than "
+                              f"request {i} (session {req.session}, turn {req.turn}), which "
+                              f"needs {n} blocks on its worker")
+        most = max(most, n)
+    return most
+
+
+# ----------------------------------------------------------------------------- one pool
+class Pool:
+    """One worker's KVCache pool: ``capacity`` slots, a sorted id index, per-slot
+    state for the eviction policy (``last``, ``hits``, ``newest``, ``depth``),
+    each slot's parent slot and its number of cached children."""
+
+    def __init__(self, capacity: int, policy):
+        self.capacity = capacity
+        self.policy = policy
+        self.ids = np.zeros(capacity, dtype=np.uint64)
+        self.parent = np.full(capacity, -1, dtype=np.int64)
+        self.kids = np.zeros(capacity, dtype=np.int64)
+        self.depth = np.zeros(capacity, dtype=np.int64)
+        self.last = np.zeros(capacity, dtype=np.int64)
+        self.hits = np.zeros(capacity, dtype=np.int64)
+        self.newest = np.zeros(capacity, dtype=np.int64)
+        self.used = np.zeros(capacity, dtype=bool)
+        self._free = np.arange(capacity - 1, -1, -1, dtype=np.int64)   # a stack
+        self._n_free = capacity
+        self._sorted = np.empty(0, dtype=np.uint64)       # held ids, ascending
+        self._slot_of = np.empty(0, dtype=np.int64)       # their slots
+        self.evictions = 0
+
+    @property
+    def held(self) -> int:
+        return self.capacity - self._n_free
+
+    def lookup(self, ids: np.ndarray) -> np.ndarray:
+        """Slot of each id, -1 where the pool does not hold it."""
+        if not len(self._sorted) or not len(ids):
+            return np.full(len(ids), -1, dtype=np.int64)
+        pos = np.searchsorted(self._sorted, ids)
+        pos_c = np.minimum(pos, len(self._sorted) - 1)
+        found = self._sorted[pos_c] == ids
+        return np.where(found, self._slot_of[pos_c], -1)
+
+    def prefix(self, ids: np.ndarray) -> tuple[int, np.ndarray]:
+        """(leading blocks of ``ids`` held, their slots)."""
+        slots = self.lookup(ids)
+        miss = np.flatnonzero(slots < 0)
+        h = int(miss[0]) if len(miss) else len(ids)
+        return h, slots[:h]
+
+    def admit(self, ids: np.ndarray, request: int) -> tuple[int, np.ndarray]:
+        """Run one request's blocks on this worker: use the held prefix, evict what
+        room the rest needs (never the pinned prefix), allocate the rest.
+        Returns (blocks it held before, ids evicted)."""
+        n = len(ids)
+        if n > self.capacity:
+            raise ConfigError(f"option --pool-blocks: {self.capacity} blocks is smaller than "
+                              f"request {request}, which needs {n} blocks on its worker")
+        h, pinned = self.prefix(ids)
+        self.last[pinned] = request
+        self.hits[pinned] += 1
+        new = n - h
+        evicted = np.empty(0, dtype=np.uint64)
+        if not new:
+            return h, evicted
+        self.newest[pinned] = request
+        short = new - self._n_free
+        if short > 0:
+            evicted = self._evict(short, pinned)
+        top = self._n_free
+        slots = self._free[top - new:top][::-1].copy()
+        self._n_free = top - new
+        self.ids[slots] = ids[h:]
+        self.depth[slots] = np.arange(h, n, dtype=np.int64)
+        self.parent[slots[1:]] = slots[:-1]
+        self.parent[slots[0]] = pinned[-1] if h else -1
+        self.kids[slots] = 1
+        self.kids[slots[-1]] = 0
+        if h:
+            self.kids[pinned[-1]] += 1
+        self.last[slots] = request
+        self.hits[slots] = 1
+        self.newest[slots] = request
+        self.used[slots] = True
+        order = np.argsort(ids[h:], kind="stable")
+        new_ids = ids[h:][order]
+        at = np.searchsorted(self._sorted, new_ids)
+        self._sorted = np.insert(self._sorted, at, new_ids)
+        self._slot_of = np.insert(self._slot_of, at, slots[order])
+        return h, evicted
+
+    def _evict(self, count: int, pinned: np.ndarray) -> np.ndarray:
+        """Evict ``count`` unpinned blocks, leaves first, by the policy's keys."""
+        mask = self.used.copy()
+        mask[pinned] = False
+        out = []
+        while count > 0:
+            if self.policy.heap_ordered:
+                cand = np.flatnonzero(mask)
+            else:                       # rounds among the current leaves only
+                cand = np.flatnonzero(mask & (self.kids == 0))
+            if not len(cand):           # only the pinned prefix is left
+                raise ConfigError(f"option --pool-blocks: {self.capacity} blocks cannot hold "
+                                  "the in-flight request's blocks")
+            take = min(count, len(cand))
+            keys = self.policy.keys(self, cand)
+            if take < len(cand):
+                pick = cand[np.argpartition(keys, take - 1)[:take]]
+            else:
+                pick = cand
+            self._drop(pick)
+            mask[pick] = False
+            out.append(self.ids[pick].copy())
+            count -= take
+        evicted = np.concatenate(out) if len(out) > 1 else out[0]
+        self.evictions += len(evicted)
+        return evicted
+
+    def _drop(self, slots: np.ndarray) -> None:
+        par = self.parent[slots]
+        par = par[par >= 0]
+        np.subtract.at(self.kids, par, 1)
+        if (self.kids[slots] != 0).any():
+            raise AssertionError(f"eviction policy {self.policy.name} evicted a block with a "
+                                 "cached child (its keys are not heap-ordered)")
+        self.used[slots] = False
+        self.parent[slots] = -1
+        ids = np.sort(self.ids[slots])
+        at = np.searchsorted(self._sorted, ids)
+        self._sorted = np.delete(self._sorted, at)
+        self._slot_of = np.delete(self._slot_of, at)
+        top = self._n_free
+        self._free[top:top + len(slots)] = slots
+        self._n_free = top + len(slots)
+
+
+# ----------------------------------------------------------------------------- routing
+def prefix_per_worker(locations, n: int, workers: int) -> np.ndarray:
+    """Leading matched blocks available on each worker, from a match's bitmaps
+    (None: every matched block on worker 0)."""
+    out = np.zeros(workers, dtype=np.int64)
+    if not n:
+        return out
+    if locations is None:
+        out[0] = n
+        return out
+    locs = np.asarray(locations, dtype=np.uint64)[:n]
+    bits = ((locs[:, None] >> np.arange(workers, dtype=np.uint64)) & _ONE).astype(bool)
+    has_gap = ~bits.all(axis=0)
+    out[:] = np.where(has_gap, np.argmin(bits, axis=0), n)
+    return out
+
+
+class Cluster:
+    """The workers' pools and the router."""
+
+    def __init__(self, cfg: PoolConfig):
+        self.cfg = cfg
+        policy = make_policy(cfg.evict)
+        self.pools = [Pool(cfg.pool_blocks, policy) for _ in range(cfg.workers)]
+        self._rng = np.random.default_rng(cfg.seed)
+
+    def route(self, request: int, per_worker: np.ndarray) -> int:
+        k = self.cfg.workers
+        if k == 1:
+            return 0
+        if self.cfg.route == "round-robin":
+            return request % k
+        if self.cfg.route == "random":
+            return int(self._rng.integers(k))
+        best = per_worker.max()
+        ties = np.flatnonzero(per_worker == best)
+        if len(ties) == 1:
+            return int(ties[0])
+        held = np.array([self.pools[w].held for w in ties])
+        return int(ties[np.argmin(held)])
+
+    @property
+    def held(self) -> int:
+        return sum(p.held for p in self.pools)
+
+    @property
+    def evictions(self) -> int:
+        return sum(p.evictions for p in self.pools)
+
+
+# ----------------------------------------------------------------------------- the replay
+def _check_locations(res, m, om, workers: int) -> None:
+    """Location bitmaps of the common prefix against the oracle's."""
+    k = min(m.n_blocks, om.n_blocks)
+    if not k:
+        return
+    full = np.uint64((1 << workers) - 1) if workers < 64 else np.uint64(0xFFFFFFFFFFFFFFFF)
+    a = (np.full(k, 1, dtype=np.uint64) if m.locations is None
+         else np.asarray(m.locations, dtype=np.uint64)[:k]) & full
+    b = np.asarray(om.locations, dtype=np.uint64)[:k] & full
+    res.false_hits += int(((a & ~b) != 0).sum())
+    res.missing_locations += int(((b & ~a) != 0).sum())
+
+
+def replay_pooled(strategy, workload, cfg: PoolConfig, *, oracle=None, limit=None,
+                  quiet: bool = True, desc: str = "replay", freeze_gc: bool = True,
+                  check: bool = True, status_every: float = 0.0):
+    """Replay ``workload`` through ``strategy`` with bounded per-worker pools (see the
+    module docstring); ``oracle`` (default: a fresh radix oracle) shadows every event."""
+    from prefixbench.harness import replay as rp
+
+    cluster = Cluster(cfg)
+    if oracle is None and check:
+        oracle = rp.make_oracle(strategy.meta_size)
+    if check and not getattr(oracle, "supports_remove", False):
+        raise ConfigError(f"option --pool-blocks: the oracle {oracle.name or 'radix'} cannot "
+                          "remove blocks yet, so it cannot shadow evicting pools")
+    res = rp.ReplayResult()
+    res.pool = cfg.describe()
+    total = len(workload) if limit is None else min(limit, len(workload))
+    match_ns = np.zeros(total, dtype=np.int64)
+    insert_ns = np.zeros(total, dtype=np.int64)
+    remove_ns = np.zeros(total, dtype=np.int64)
+    removed_calls = np.zeros(total, dtype=bool)
+    store = strategy.store
+    block_size = workload.block_size
+    meta_size = strategy.meta_size
+    workers = cfg.workers
+    clock = time.perf_counter_ns
+    every = max(1, total // SERIES_POINTS)
+    series = []
+    res.gc_mode = rp._quiet_gc(freeze_gc)
+    t_wall = time.perf_counter()
+    bar = progress(total, desc, quiet)
+    next_status = t_wall + status_every
+    i = 0
+    try:
+        for req in workload.requests():
+            if i >= total:
+                break
+            q = req.match_ids
+            reads0 = rp._reads(store)
+            t0 = clock()
+            m = strategy.match(q)
+            t1 = clock()
+            if store is not None:
+                res.store_reads_in_match += rp._reads(store) - reads0
+            per = prefix_per_worker(m.locations, m.n_blocks, workers)
+            w = cluster.route(i, per)
+            n_w = int(per[w])
+            res.hit_blocks += n_w
+            res.hit_tokens += min(n_w * block_size, req.prompt_tokens)
+            res.any_hit_tokens += min(m.n_blocks * block_size, req.prompt_tokens)
+            res.prompt_tokens += req.prompt_tokens
+            if check:
+                om = oracle.match(q)
+                on_w = int(prefix_per_worker(om.locations, om.n_blocks, workers)[w])
+                res.oracle_hit_tokens += min(on_w * block_size, req.prompt_tokens)
+                res.oracle_any_hit_tokens += min(om.n_blocks * block_size, req.prompt_tokens)
+                rp._check_match(res, m, om)
+                _check_locations(res, m, om, workers)
+            ids = req.insert_ids
+            metas = make_metas(ids, i, meta_size)
+            _, evicted = cluster.pools[w].admit(ids, i)
+            if len(evicted):
+                t4 = clock()
+                gone = strategy.remove(evicted, worker=w)
+                t5 = clock()
+                remove_ns[i] = t5 - t4
+                removed_calls[i] = True
+                res.removals += int(gone)
+                if check:
+                    oracle.remove(evicted, worker=w)
+            t2 = clock()
+            strategy.insert(ids, metas, worker=w)
+            t3 = clock()
+            if check:
+                oracle.insert(ids, metas, worker=w)
+            match_ns[i] = t1 - t0
+            insert_ns[i] = t3 - t2
+            if i % every == 0 or i == total - 1:
+                series.append((i + 1, int(strategy.stats().get("entries", 0)), cluster.held))
+            i += 1
+            bar.update(1)
+            if status_every and (i & 255) == 0 and time.perf_counter() >= next_status:
+                next_status = time.perf_counter() + status_every
+                bar.set_postfix_str(f"evictions {cluster.evictions}, "
+                                    f"false hits {res.false_hits}")
+    finally:
+        bar.close()
+        rp._restore_gc(freeze_gc)
+    res.wall_seconds = time.perf_counter() - t_wall
+    res.requests = i
+    res.match_ns = match_ns[:i]
+    res.insert_ns = insert_ns[:i]
+    res.remove_ns = remove_ns[:i][removed_calls[:i]]
+    res.evictions = cluster.evictions
+    res.entries_series = series
+    res.pool_held = cluster.held
+    if not check:
+        res.oracle_hit_tokens = res.hit_tokens
+        res.oracle_any_hit_tokens = res.any_hit_tokens
+    rp._collect_end_state(res, strategy)
+    return res
