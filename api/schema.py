@@ -85,12 +85,12 @@ ZEROS_KEY = "zero_figures"
 #: metadata keys naming the machine (CPU model, cores, RAM, the store's device)
 MACHINE_KEYS = ("cpu_model_name", "cpu_count", "mem_total", "store_device")
 
-#: schema unit -> pyperf unit
 #: metadata keys of a bounded-pool run's configuration
 POOL_KEYS = ("pool_blocks", "pool_evict", "pool_workers", "pool_route", "pool_route_seed")
 #: metadata key of a pool run's index-entries series
 SERIES_KEY = "index_entries_series"
 
+#: schema unit -> pyperf unit
 PYPERF_UNIT = {"seconds": "second", "bytes": "byte", "count": "integer", "ratio": "integer",
                "ppm": "integer", "per-second": "integer", "flag": "integer"}
 
@@ -151,7 +151,6 @@ def _latencies():
     return out
 
 
-def _recovery():
 def _pools():
     """Bounded-pool runs (``--pool-blocks``, ``sweep capacity``)."""
     out = [Figure(f"remove-latency-{label}", "seconds", "latency",
@@ -180,6 +179,7 @@ def _pools():
     return out
 
 
+def _recovery():
     parts = (("total", "process start to the first correctly served match (child clock)"),
              ("process-start-to-first-match", "wall time of the recovering process, "
                                               "interpreter start included"),
@@ -291,6 +291,7 @@ FIGURES: tuple = tuple([
     Figure("breakdown-overhead-insert", "ratio", "breakdown", "clock cost per insert / mean "
            "insert latency", "lower", metadata=(("breakdown_overhead_insert", 1.0),)),
     *_recovery(),
+    *_pools(),
     Figure("snapshot-write", "seconds", "recovery", "writing and publishing the snapshot",
            "lower"),
     Figure("snapshot-bytes", "bytes", "recovery", "bytes of the published snapshot", "lower"),
@@ -300,7 +301,6 @@ FIGURES: tuple = tuple([
            metadata=(("unique_block_entries", 1.0),)),
     Figure("probe-hit-tokens-before", "count", "recovery", "probe hit tokens before the "
            "restart"),
-    *_pools(),
     Figure("hit-rate-equal", "flag", "correctness", "1 when the hit rate after recovery "
            "equals the one before", "higher", metadata=(("hit_rate_equal", 1.0),)),
     Figure("span-share-gt3", "ratio", "workload", "share of 256-token spans with more than "

@@ -431,11 +431,11 @@ def cmd_run(args, leftover, argv, quiet):
         cache_bytes=parse_size("--cache-bytes", args.cache_bytes), direct_io=args.direct_io,
         durability=args.durability, store_dir=args.store_dir, limit=args.limit,
         warm_fraction=args.warm_fraction, breakdown=args.breakdown)
-    our_argv = _split_argv(argv, leftover)
-    if our_argv and our_argv[0] in ("--quiet", "-q"):
     pool = _pool_config(args)
     if pool is not None:
         return _run_pooled(args, spec, pool, quiet)
+    our_argv = _split_argv(argv, leftover)
+    if our_argv and our_argv[0] in ("--quiet", "-q"):
         our_argv = our_argv[1:]
     if our_argv and our_argv[0] == "run":
         our_argv = our_argv[1:]
@@ -458,8 +458,6 @@ def cmd_run(args, leftover, argv, quiet):
     return 0
 
 
-def cmd_scale(args, leftover, argv, quiet):
-    from prefixbench.harness import pyperf_io, scaling
 def _run_pooled(args, spec, pool, quiet):
     from prefixbench.harness.capacity import format_pool_lines, run_pooled
     from prefixbench.reports.tables import format_replay
@@ -477,6 +475,8 @@ def _run_pooled(args, spec, pool, quiet):
     return 0
 
 
+def cmd_scale(args, leftover, argv, quiet):
+    from prefixbench.harness import pyperf_io, scaling
     from prefixbench.harness.bench import RunSpec
     from prefixbench.harness.build import parse_kv, parse_size
 
@@ -589,14 +589,14 @@ def cmd_sweep(args, leftover, argv, quiet):
     from prefixbench.harness import sweeps
     from prefixbench.harness.build import parse_kv
 
-    cfg = sweeps.make_config(
-        args.kind, workload=args.workload,
     if args.kind == "capacity":
         return _sweep_capacity(args, quiet)
     for option, given in (("--pool-blocks", args.pool_blocks), ("--evict", args.evict),
                           ("--workers", args.workers), ("--route", args.route)):
         if given is not None:
             raise ConfigError(f"option {option}: only the capacity sweep takes pools")
+    cfg = sweeps.make_config(
+        args.kind, workload=args.workload,
         workload_options=parse_kv("--workload-option", args.workload_option),
         engine=args.engine, engine_options=parse_kv("--engine-option", args.engine_option),
         cache_rule=args.cache_rule, cache_bytes=args.cache_bytes,
@@ -618,8 +618,6 @@ def cmd_sweep(args, leftover, argv, quiet):
     return 0
 
 
-def cmd_recover(args, leftover, argv, quiet):
-    from prefixbench.harness.build import parse_kv, parse_size
 def _sweep_capacity(args, quiet):
     from prefixbench.harness import capacity
     from prefixbench.harness.build import parse_kv
@@ -647,6 +645,8 @@ def _sweep_capacity(args, quiet):
     return 0
 
 
+def cmd_recover(args, leftover, argv, quiet):
+    from prefixbench.harness.build import parse_kv, parse_size
     from prefixbench.harness.recovery import RecoverSpec, format_result, parse_count, run_recover
 
     spec = RecoverSpec(

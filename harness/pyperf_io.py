@@ -69,9 +69,6 @@ COUNT_FIGURES = (
 )
 
 
-def strategy_figures(stats: dict) -> list[tuple[str, str, float]]:
-    """Every numeric strategy counter as ``index-<name>`` (bytes for ``*_bytes``).
-
 #: a pool run's remove latency (seconds, per remove call)
 POOL_TIME_FIGURES = tuple(
     (f"remove-latency-{label}", functools.partial(_latency, "remove", q))
@@ -100,6 +97,9 @@ def pool_metadata(res: ReplayResult) -> dict:
                                             separators=(",", ":"))
     return md
 
+
+def strategy_figures(stats: dict) -> list[tuple[str, str, float]]:
+    """Every numeric strategy counter as ``index-<name>`` (bytes for ``*_bytes``).
 
     Strategies report different counters (SARP's candidate counts, the
     capped radix's spills, ...); compare_to lines up whatever two runs share.
@@ -204,10 +204,15 @@ def replay_suites(res: ReplayResult, metadata: dict) -> tuple[list, list]:
         "gc": res.gc_mode,
     })
     md.update(breakdown_metadata(res))
+    md.update(pool_metadata(res))
     times = [_one_shot(n, "second", f(res), md) for n, f in TIME_FIGURES]
+    if res.pool:
+        times += [_one_shot(n, "second", f(res), md) for n, f in POOL_TIME_FIGURES]
     times += [_one_shot(n, "second", v, md) for n, v in breakdown_figures(res)]
     counts = [_one_shot(n, u, f(res), md) for n, u, f in COUNT_FIGURES]
     counts += [_one_shot(n, u, v, md) for n, u, v in strategy_figures(res.strategy_stats)]
+    if res.pool:
+        counts += [_one_shot(n, u, f(res), md) for n, u, f in POOL_COUNT_FIGURES]
     if res.breakdown:          # the clock's switches per request, what its overhead counts
         counts += [_one_shot(f"{which}-phase-switches", "integer", float(sw.mean()), md)
                    for which, sw in zip(("match", "insert"), res.phase_switches) if len(sw)]
@@ -225,8 +230,3 @@ def write_suite(path: str, benchmarks: list) -> None:
     d = os.path.dirname(os.path.abspath(path))
     os.makedirs(d, exist_ok=True)
     pyperf.BenchmarkSuite(benchmarks).dump(path, replace=True)
-    md.update(pool_metadata(res))
-    if res.pool:
-        times += [_one_shot(n, "second", f(res), md) for n, f in POOL_TIME_FIGURES]
-    if res.pool:
-        counts += [_one_shot(n, u, f(res), md) for n, u, f in POOL_COUNT_FIGURES]
