@@ -372,6 +372,8 @@ def build_parser() -> argparse.ArgumentParser:
     servers.add_parser(sub, COMMANDS)
     from prefixbench.harness import reporting      # report, plot; compare --html/--fail-above
     reporting.add_commands(sub, COMMANDS)
+    from prefixbench.harness import events        # events record/publish/replay/bench; hash
+    events.add_commands(sub, COMMANDS)
     return parser
 
 

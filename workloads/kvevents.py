@@ -101,12 +101,19 @@ class DecodeStats:
 
 def _ids(values, where: str, what: str):
     """A list of published hashes as (uint64 array, bytes digests or None)."""
-    if not isinstance(values, list):
+    if type(values) is not list:
         raise TraceFormatError(f"{where}: '{what}' must be a list, got {type(values).__name__}")
+    if not values:
+        return np.empty(0, dtype=np.uint64), None
     try:
-        return np.array(values, dtype=np.uint64), None
+        a = np.array(values)
     except (OverflowError, TypeError, ValueError):
-        pass
+        a = None
+    if a is not None and a.ndim == 1:
+        if a.dtype == np.int64:               # signed int64 (SGLang): the same 64 bits
+            return a.view(np.uint64), None
+        if a.dtype == np.uint64:
+            return a, None
     out = np.empty(len(values), dtype=np.uint64)
     raw = None
     for i, v in enumerate(values):
@@ -134,6 +141,7 @@ def _parent(v, where: str):
 
 
 def _tokens(v, where: str):
+    """``token_ids`` as u32 (checked when the hash check needs them, not at decode)."""
     if v is None:
         return None
     if not isinstance(v, list):
@@ -200,7 +208,10 @@ def decode_batch(obj, where: str, frame: int, stats: DecodeStats, strict: bool =
         if kind == "BlockStored":
             hashes, raw = _ids(get("block_hashes"), w, "block_hashes")
             parent, raw_parent = _parent(get("parent_block_hash"), w)
-            toks = _tokens(get("token_ids"), w)
+            toks = get("token_ids")
+            if toks is not None and type(toks) is not list:
+                raise TraceFormatError(f"{w}: 'token_ids' must be a list, "
+                                       f"got {type(toks).__name__}")
             bs = get("block_size") or 0
             if type(bs) is not int or bs < 0:
                 raise TraceFormatError(f"{w}: block_size {bs!r} is not a non-negative integer")
@@ -418,6 +429,15 @@ class ChainMemory:
         live = self.live.get(op.worker)
         if live is None:
             live = self.live[op.worker] = set()
+        if n_anc and op.parent not in live:
+            # the engine holds the prefix it built on: its ancestors are live there again
+            anc_keys = chain[:n_anc].tolist()
+            live.update(anc_keys)
+            rem = self.removed
+            for i, h in enumerate(anc_keys):
+                if h not in where:
+                    where[h] = (chain, i)
+                    rem.pop(h, None)
         live.update(keys)
         if self.removed:
             for h in keys:

@@ -176,7 +176,7 @@ class SessionWorkload(Workload):
 
 
 # -- KV-event operations (engines' BlockStored / BlockRemoved / AllBlocksCleared) --
-@dataclass
+@dataclass(slots=True)
 class StoreOp:
     """Blocks a worker's KVCache now holds: ``block_hashes`` continue the block
     ``parent`` (None: the chain starts here); ids as the engine published them."""
@@ -184,7 +184,7 @@ class StoreOp:
     worker: int
     block_hashes: np.ndarray            # uint64
     parent: int | None
-    token_ids: np.ndarray | None = None  # uint32, when the event carries them
+    token_ids: list | None = None        # as decoded; u32-checked where they are hashed
     block_size: int = 0
     extra_keys: list | None = None
     frame: int = 0                       # capture frame number (1-based)
@@ -193,7 +193,7 @@ class StoreOp:
     raw_parent: bytes | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class RemoveOp:
     """Blocks a worker evicted."""
 
@@ -203,7 +203,7 @@ class RemoveOp:
     ts: float = 0.0
 
 
-@dataclass
+@dataclass(slots=True)
 class ClearOp:
     """A worker dropped every block."""
 
