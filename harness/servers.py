@@ -126,8 +126,10 @@ def write_node_config(node: Node, appendfsync: str = "everysec", aof: bool = Tru
         "appenddirname appendonlydir", "dbfilename dump.rdb",
     ]
     if cluster:
+        # a replica's first sync starts at once, not after the 5 s Redis waits for more
+        # replicas to share one diskless transfer
         lines += ["cluster-enabled yes", "cluster-config-file nodes.conf",
-                  f"cluster-node-timeout {node_timeout_ms}"]
+                  f"cluster-node-timeout {node_timeout_ms}", "repl-diskless-sync-delay 0"]
     if password:
         lines.append(f"requirepass {password}")
         if cluster:
