@@ -21,6 +21,9 @@ Decisions where the issue is silent:
   clean shutdown) and keeps the data; ``down --purge`` removes the work dir.
 - A port already in use is one line naming the port, checked for every node
   before anything starts.
+- Cluster nodes start a new replica's sync at once (``repl-diskless-sync-delay
+  0``): on one machine there is nothing to gain from Redis' 5 s wait for more
+  replicas, and ``up`` returns only once every replica is attached and in sync.
 - Nodes are started without ``daemonize``, in a session of their own, so
   they outlive the command; the pid in ``server.json`` is the server itself.
 """
