@@ -29,7 +29,13 @@ shorter hit is an index/engine disagreement, counted), then inserted on the
 batch's worker; BlockRemoved removes from that worker, AllBlocksCleared
 clears it.  A strategy tracking fewer workers than the stream has folds them
 onto worker 0 and removes a block only when no worker still holds it.
-Decoding and index work are timed apart per batch, as captured.
+Decoding and index work are timed apart per batch, as captured.  A lookup
+trace (``-W lookups=FILE``: token-jsonl hashed with ``block_hash=``, or
+JSONL ``hash_ids`` taken as the engine's own ids) is what a router sees: its
+requests are only matched, never inserted, and are interleaved by time with
+both clocks taken from their first timestamp; a lookup runs before the first
+batch later than it (a batch at the same time goes first).  A trace with a
+line lacking a timestamp is matched after the last event.
 """
 from __future__ import annotations
 
@@ -492,7 +498,8 @@ def replay_events(strategy, workload: KvEventsWorkload, *, oracle=None, check_ha
                                            workload.hash_options, workload.block_size)
     ti = 0
     t_ev0 = None
-    t_tr0 = float(trace_ts[0]) if len(trace) and not np.isnan(trace_ts[0]) else 0.0
+    timed = bool(len(trace)) and not np.isnan(trace_ts).any()
+    t_tr0 = float(trace_ts[0]) if timed else 0.0
     if oracle is not None:
         res.oracle_hit_blocks = 0
         if trace:
@@ -506,8 +513,9 @@ def replay_events(strategy, workload: KvEventsWorkload, *, oracle=None, check_ha
 
     def run_lookups(upto: float | None):
         nonlocal ti
-        while ti < len(trace) and (upto is None or np.isnan(trace_ts[ti])
-                                   or trace_ts[ti] - t_tr0 <= upto):
+        if upto is not None and not timed:
+            return
+        while ti < len(trace) and (upto is None or trace_ts[ti] - t_tr0 < upto):
             r = trace[ti]
             ti += 1
             m = strategy.match(r.match_ids)
