@@ -54,8 +54,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from prefixbench import faults
 from prefixbench.durable import fsync_dir
-from prefixbench.errors import PrefixbenchError
+from prefixbench.errors import PrefixbenchError, StoreError
 
 __all__ = ["SnapshotError", "Snapshot", "write_snapshot", "read_snapshot", "snapshot_path",
            "snapshot_bytes", "InsertLog", "FORMAT_VERSION", "SNAPSHOT_FILE", "LOG_FILE",
@@ -145,32 +146,49 @@ def write_snapshot(directory, strategy: str, meta: dict, sections: dict, fault=N
     prefix = _PREFIX.pack(MAGIC, FORMAT_VERSION, len(js)) + js
     final = snapshot_path(directory)
     tmp = final + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(prefix + _U32.pack(zlib.crc32(prefix)))
-        pos = len(prefix) + _U32.size
-        for d, a in zip(descs, arrays.values()):
-            f.write(b"\0" * (d["offset"] - pos))
-            f.write(_bytes_of(a))
-            pos = d["offset"] + d["nbytes"]
-        f.write(b"\0" * (off - pos))
-        f.flush()
+    where = tmp
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            faults.write_all(fd, prefix + _U32.pack(zlib.crc32(prefix)), tmp, "snapshot")
+            pos = len(prefix) + _U32.size
+            for d, a in zip(descs, arrays.values()):
+                faults.write_all(fd, b"\0" * (d["offset"] - pos), tmp, "snapshot")
+                faults.write_all(fd, _bytes_of(a), tmp, "snapshot")
+                pos = d["offset"] + d["nbytes"]
+            faults.write_all(fd, b"\0" * (off - pos), tmp, "snapshot")
+            if hook:
+                hook("temp-written", tmp)
+            faults.fsync(fd, tmp, "snapshot")
+        finally:
+            os.close(fd)
         if hook:
-            hook("temp-written", tmp)
-        os.fsync(f.fileno())
-    if hook:
-        hook("temp-fsynced", tmp)
-    if os.path.exists(final):           # keep the current one as the previous generation
-        prev = snapshot_path(directory, previous=True)
-        if os.path.exists(prev + ".tmp"):
-            os.unlink(prev + ".tmp")
-        os.link(final, prev + ".tmp")
-        os.replace(prev + ".tmp", prev)
+            hook("temp-fsynced", tmp)
+        if os.path.exists(final):           # keep the current one as the previous generation
+            prev = snapshot_path(directory, previous=True)
+            where = prev
+            if os.path.exists(prev + ".tmp"):
+                os.unlink(prev + ".tmp")
+            faults.link(final, prev + ".tmp", "snapshot")
+            faults.replace(prev + ".tmp", prev, "snapshot")
+            if hook:
+                hook("previous-kept", prev)
+        where = final
+        faults.replace(tmp, final, "snapshot")
         if hook:
-            hook("previous-kept", prev)
-    os.replace(tmp, final)
-    if hook:
-        hook("renamed", final)
-    fsync_dir(directory)
+            hook("renamed", final)
+        where = directory
+        fsync_dir(directory, "snapshot")
+    except OSError as e:
+        # the published generations are untouched (or the new one is complete);
+        # the half-written temp file goes, so nothing stale is left behind
+        for junk in (tmp, snapshot_path(directory, previous=True) + ".tmp"):
+            try:
+                os.unlink(junk)
+            except OSError:
+                pass
+        raise SnapshotError(f"snapshot {final}: publication failed ({where}: "
+                            f"{e.strerror or e})") from None
     if hook:
         hook("dir-fsynced", final)
     return off
@@ -278,30 +296,70 @@ class InsertLog:
         if os.path.exists(self.path):
             for seq, _ids, _m, end in read_log(self.directory, meta_size, 1 << 63, self):
                 self.seq, good = seq, end
+        #: the one-line error of a failed append (then every change is refused)
+        self.failed = None
         self._f = open(self.path, "r+b" if os.path.exists(self.path) else "w+b")
-        if good == 0:
-            self._f.truncate(0)
-            self._f.write(_LOG_MAGIC + _U32.pack(meta_size))
-            good = self._f.tell()
-        else:
-            self._f.truncate(good)       # a torn tail was never acknowledged
-        self._f.seek(good)
-        if sync:
-            self._f.flush()
-            os.fsync(self._f.fileno())
-            fsync_dir(self.directory)
+        fd = self._f.fileno()
+        try:
+            if good == 0:
+                os.ftruncate(fd, 0)
+                os.lseek(fd, 0, os.SEEK_SET)
+                faults.write_all(fd, _LOG_MAGIC + _U32.pack(meta_size), self.path, "insert-log")
+                good = len(_LOG_MAGIC) + _U32.size
+            else:
+                os.ftruncate(fd, good)   # a torn tail was never acknowledged
+            if sync:
+                faults.fsync(fd, self.path, "insert-log")
+                fsync_dir(self.directory, "insert-log")
+        except OSError as e:
+            self._f.close()
+            raise StoreError(f"insert log {self.path}: cannot open for appending "
+                             f"({e.strerror or e})") from None
+        self._end = good
+        os.lseek(fd, good, os.SEEK_SET)
 
     def append(self, ids: np.ndarray, metas: np.ndarray) -> int:
         ids = np.ascontiguousarray(ids, dtype="<u8")
         metas = np.ascontiguousarray(metas, dtype=np.uint8)
         with self._lock:
-            self.seq += 1
-            body = _REC.pack(len(ids), self.seq) + ids.tobytes() + metas.tobytes()
-            self._f.write(body + _U32.pack(zlib.crc32(body)))
-            self._f.flush()
+            self.check()
+            seq = self.seq + 1
+            body = _REC.pack(len(ids), seq) + ids.tobytes() + metas.tobytes()
+            fd = self._f.fileno()
+            try:
+                os.lseek(fd, self._end, os.SEEK_SET)
+                faults.write_all(fd, body + _U32.pack(zlib.crc32(body)), self.path,
+                                 "insert-log")
+                if self.sync:
+                    faults.fdatasync(fd, self.path, "insert-log")
+            except OSError as e:
+                self._roll_back(e)
+                raise StoreError(self.failed) from None
+            self._end += len(body) + _U32.size
+            self.seq = seq
+            return seq
+
+    def check(self) -> None:
+        """Raise the one-line error of an earlier failed append, if there was one."""
+        if self.failed:
+            raise StoreError(self.failed)
+
+    def _roll_back(self, e: OSError) -> None:
+        """Cut a failed append off the end, so a later record never follows garbage
+        (the reader stops at the first bad record), and refuse from now on: the
+        operation is applied in memory but not logged, so only a recovery gives a
+        state that holds exactly what was acknowledged."""
+        fd = self._f.fileno()
+        why = f"append failed ({e.strerror or e})"
+        try:
+            os.ftruncate(fd, self._end)
             if self.sync:
-                os.fdatasync(self._f.fileno())
-            return self.seq
+                os.fdatasync(fd)
+        except OSError as e2:
+            why += f" and could not be cut off ({e2.strerror or e2})"
+        self.failed = (f"insert log {self.path}: {why}; the operation was not acknowledged "
+                       f"and the index refuses changes until recovered from "
+                       f"{self.directory}")
 
     def truncate_through(self, seq: int) -> int:
         """Drop the records with sequence numbers up to ``seq`` (a snapshot that is
@@ -319,17 +377,29 @@ class InsertLog:
             if start <= hs:
                 return 0
             self._f.seek(start)
-            tail = self._f.read()
+            tail = self._f.read(self._end - start)
             tmp = self.path + ".tmp"
-            with open(tmp, "wb") as f:
-                f.write(_LOG_MAGIC + _U32.pack(self.meta_size) + tail)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
-            fsync_dir(self.directory)
+            try:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                try:
+                    faults.write_all(fd, _LOG_MAGIC + _U32.pack(self.meta_size) + tail, tmp,
+                                     "insert-log")
+                    faults.fsync(fd, tmp, "insert-log")
+                finally:
+                    os.close(fd)
+                faults.replace(tmp, self.path, "insert-log")
+            except OSError as e:
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass
+                raise StoreError(f"insert log {self.path}: not truncated ({e.strerror or e}); "
+                                 f"the log is unchanged") from None
             self._f.close()
             self._f = open(self.path, "r+b")
-            self._f.seek(0, os.SEEK_END)
+            self._end = hs + len(tail)
+            os.lseek(self._f.fileno(), self._end, os.SEEK_SET)
+            fsync_dir(self.directory, "insert-log")
             return start - hs
 
     def close(self) -> None:

@@ -87,12 +87,15 @@ from prefixbench.engines.base import (
     int_option,
     prepare_store_dir,
 )
+from prefixbench import faults
 from prefixbench.durable import fsync_dir, publish_file
 from prefixbench.errors import ConfigError, StoreError
 from prefixbench.hookspecs import hookimpl
 
 FORMAT = "prefixbench-packfile"
 VERSION = 1
+#: the checkpoint's own format: 2 checksums its header fields too (1 still opens)
+CKPT_VERSION = 2
 META = "packfile.meta"
 LOG = "index.log"
 CKPT = "index.ckpt"
@@ -219,6 +222,11 @@ class PackfileStore(SegmentStore):
         self._sorted_dirty = True
         self._logbuf: list[bytes] = []
         self._logbuf_bytes = 0
+        self._log_written = 0
+        self._failed = None
+        self._ckpt_deferred = 0
+        #: why the last checkpoint attempt failed (the log kept every batch), or None
+        self.checkpoint_error = None
         self._seq = 0
         self._head = None
         self._log_fd = -1
@@ -297,20 +305,27 @@ class PackfileStore(SegmentStore):
         return False
 
     def _read_meta(self, meta_path, opts, want_pack):
+        other = False
         try:
             with open(meta_path, "rb") as fh:
                 doc = json.loads(fh.read())
+            # another release's store is named as such even if its fields differ
+            other = (isinstance(doc, dict) and doc.get("format") == FORMAT
+                     and isinstance(doc.get("version"), int) and doc["version"] != VERSION)
+            if other:
+                raise ValueError
             body = {k: doc[k] for k in ("format", "version", "pack_bytes", "block", "uuid")}
             ok = doc["format"] == FORMAT and doc.get("crc") == zlib.crc32(
                 json.dumps(body, sort_keys=True).encode())
+            ok = ok and doc["version"] == VERSION
         except (OSError, ValueError, KeyError, TypeError):
             ok = False
+        if other:
+            raise StoreError(f"packfile store {self.path}: format version {doc['version']}; "
+                             f"this prefixbench reads version {VERSION}")
         if not ok:
             raise StoreError(f"packfile store {self.path}: {META} is not a valid "
-                             f"{FORMAT} metadata file")
-        if doc["version"] != VERSION:
-            raise StoreError(f"packfile store {self.path}: format version {doc['version']} "
-                             f"is not supported (this is {VERSION})")
+                             f"{FORMAT} metadata file (corrupt or foreign)")
         self.pack_bytes = int(doc["pack_bytes"])
         self.block = int(doc["block"])
         self.uuid = bytes.fromhex(doc["uuid"])
@@ -325,10 +340,48 @@ class PackfileStore(SegmentStore):
         self._atomic_write(meta_path, json.dumps(doc, sort_keys=True).encode() + b"\n")
 
     def _atomic_write(self, path, data: bytes):
-        publish_file(path, data)
+        try:
+            publish_file(path, data, "packfile")
+        except OSError as e:
+            raise StoreError(f"packfile store {self.path}: {e}") from None
 
     def _fsync_dir(self):
-        fsync_dir(self.path)
+        try:
+            fsync_dir(self.path, "packfile")
+        except OSError as e:
+            raise StoreError(f"packfile store {self.path}: {e}") from None
+
+    def _pwrite_all(self, fd, buf, offset, path):
+        """Every byte of ``buf`` at ``offset`` (a short write is continued where it
+        stopped; one that writes nothing is a full device)."""
+        done, total = 0, len(buf)
+        with memoryview(buf) as view:
+            while done < total:
+                with view[done:] as rest:
+                    n = faults.pwritev(fd, [rest], offset + done, path, "packfile", self.block)
+                if n <= 0:
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
+                done += n
+
+    def _pread(self, fd, bufs, offset, path):
+        """Fill ``bufs`` from ``offset``: a read error or a short read is one line,
+        never the stale bytes of an earlier read taken for this one."""
+        want = sum(len(memoryview(b)) for b in bufs)
+        try:
+            n = faults.preadv(fd, bufs, offset, path, "packfile", self.block)
+        except OSError as e:
+            raise StoreError(f"packfile store {self.path}: read of {os.path.basename(path)} "
+                             f"at {offset} failed ({e.strerror or e})") from None
+        if n != want:
+            raise StoreError(f"packfile store {self.path}: short read of "
+                             f"{os.path.basename(path)} at {offset} ({n} of {want} bytes)")
+
+    def _sync_fd(self, fd, path):
+        try:
+            faults.fdatasync(fd, path, "packfile")
+        except OSError as e:
+            raise StoreError(f"packfile store {self.path}: fsync of {os.path.basename(path)} "
+                             f"failed ({e.strerror or e})") from None
 
     def _pack_path(self, no: int) -> str:
         return os.path.join(self.path, f"pack-{no:06d}.pack")
@@ -356,7 +409,7 @@ class PackfileStore(SegmentStore):
             fd = os.open(p, self._flags())
             self._packs.append(_Pack(i, fd, self.block))
             buf = aligned_buffer(self.block)
-            os.preadv(fd, [buf], 0)
+            self._pread(fd, [buf], 0, p)
             if bytes(buf[:_PACK_HDR.size]) != self._pack_header(i):
                 raise StoreError(f"packfile store {self.path}: {n} is not a pack of this "
                                  f"store (foreign format or header corrupt); not opened")
@@ -376,9 +429,13 @@ class PackfileStore(SegmentStore):
             fd = os.open(tmp, self._flags())
             buf = aligned_buffer(self.block)
             buf[:_PACK_HDR.size] = self._pack_header(no)
-            os.pwritev(fd, [buf], 0)
-            os.fsync(fd)
-            os.rename(tmp, final)
+            try:
+                self._pwrite_all(fd, buf, 0, tmp)
+                faults.fsync(fd, tmp, "packfile")
+                faults.replace(tmp, final, "packfile")
+            except OSError as e:
+                raise StoreError(f"packfile store {self.path}: cannot create {final} "
+                                 f"({e.strerror or e})") from None
             self._fsync_dir()
         except BaseException:
             os.close(fd)
@@ -401,15 +458,7 @@ class PackfileStore(SegmentStore):
         if os.path.exists(ckpt):
             with open(ckpt, "rb") as fh:
                 data = fh.read()
-            bad = len(data) < _CKPT_HDR.size
-            if not bad:
-                magic, ver, seq, count, crc = _CKPT_HDR.unpack_from(data)
-                body = memoryview(data)[_CKPT_HDR.size:]
-                bad = (magic != _CKPT_MAGIC or ver != VERSION or len(body) != count * 20
-                       or zlib.crc32(body) != crc)
-            if bad:
-                raise StoreError(f"packfile store {self.path}: {CKPT} is corrupt (bad "
-                                 f"checksum); the store cannot be opened safely")
+            magic, ver, seq, count, crc, body = self._check_checkpoint(data)
             keys = np.frombuffer(body, "<u8", count, 0)
             gpos = np.frombuffer(body, "<u8", count, count * 8)
             lens = np.frombuffer(body, "<u4", count, count * 16)
@@ -440,7 +489,7 @@ class PackfileStore(SegmentStore):
         with open(logp, "rb") as fh:
             data = fh.read()
         view = memoryview(data)
-        pos, good = 0, 0
+        pos, good, last_seq = 0, 0, self._seq
         while pos + _FRAME.size <= len(data):
             magic, crc, seq, n_puts, n_dels, size = _FRAME.unpack_from(data, pos)
             end = pos + _FRAME.size + size
@@ -461,12 +510,72 @@ class PackfileStore(SegmentStore):
                 self._apply(placed, dels)
                 self._seq = seq
             pos = good = end
-        self._log_bytes = good
+            last_seq = seq
         if good != len(data):
+            self._check_torn_tail(data, good, last_seq + 1)
             os.ftruncate(self._log_fd, good)   # a torn frame: the batch never committed
+        self._log_bytes = self._log_written = good
         for pk in packs:
             pk.ptr = -(-ends[pk.no] // self.block) * self.block
         self._head = None
+
+    def _check_checkpoint(self, data):
+        """The checkpoint's header fields and arrays, or one line saying what is wrong
+        (length, version, checksum).  Version 2 checksums its header fields with the
+        arrays; version 1 (the previous release) checksums the arrays alone."""
+        def bad(what):
+            return StoreError(f"packfile store {self.path}: {CKPT} {what}; the store "
+                              f"cannot be opened safely")
+        if len(data) < _CKPT_HDR.size:
+            raise bad(f"is truncated ({len(data)} bytes, shorter than its header)")
+        magic, ver, seq, count, crc = _CKPT_HDR.unpack_from(data)
+        if magic != _CKPT_MAGIC:
+            raise bad("is not a checkpoint (bad magic)")
+        if ver not in (1, CKPT_VERSION):
+            raise bad(f"has format version {ver}; this prefixbench reads versions 1 to "
+                      f"{CKPT_VERSION}")
+        body = memoryview(data)[_CKPT_HDR.size:]
+        if len(body) != count * 20:
+            raise bad(f"has the wrong length ({len(body)} bytes of arrays for {count} keys, "
+                      f"expected {count * 20})")
+        want = zlib.crc32(body) if ver == 1 else zlib.crc32(body, zlib.crc32(data[:28]))
+        if want != crc:
+            raise bad("is corrupt (bad checksum)")
+        return magic, ver, seq, count, crc, body
+
+    def _check_torn_tail(self, data, at, expected):
+        """Bytes after the last intact frame are a torn append (cut off on open) only
+        if they look like what a cut append leaves: a prefix of the next frame, a
+        header that is not this log's next frame at all (foreign bytes), or zeros.
+        Corruption of a committed frame - an intact frame further on, a complete
+        frame failing its checksum, or the next frame's own header (its sequence
+        number ``expected``) with inconsistent fields - is one line instead: cutting
+        there would silently drop acknowledged batches."""
+        rest = memoryview(data)[at:]
+        n = len(rest)
+        magic_b = _FRAME_MAGIC.to_bytes(4, "little")
+        torn = True
+        if n < _FRAME.size:
+            torn = bytes(rest[:4]) == magic_b[:min(n, 4)] or not any(rest)
+        elif any(rest):
+            magic, _c, seq, n_puts, n_dels, size = _FRAME.unpack_from(rest)
+            if magic == _FRAME_MAGIC and size == n_puts * _PUT.size + n_dels * _DEL.size:
+                torn = _FRAME.size + size > n
+            else:
+                torn = seq != expected
+        p = data.find(magic_b, at + 1)
+        while torn and p >= 0:              # an intact frame after the bad one
+            if p + _FRAME.size <= len(data):
+                magic, crc, _s, n_puts, n_dels, size = _FRAME.unpack_from(data, p)
+                end = p + _FRAME.size + size
+                if (size == n_puts * _PUT.size + n_dels * _DEL.size and end <= len(data)
+                        and zlib.crc32(memoryview(data)[p + 8:end]) == crc):
+                    torn = False
+            p = data.find(magic_b, p + 1)
+        if not torn:
+            raise StoreError(f"packfile store {self.path}: {LOG} is corrupt at byte {at} "
+                             f"(a committed frame fails its checks, {n} bytes from there); "
+                             f"the store cannot be opened safely")
 
     def _check_pack_refs(self, top: int):
         if top >= len(self._packs):
@@ -483,21 +592,39 @@ class PackfileStore(SegmentStore):
         gpos = np.fromiter((v >> 32 for v in locs), "<u8", n)
         lens = np.fromiter((v & 0xFFFFFFFF for v in locs), "<u4", n)
         body = keys.tobytes() + gpos.tobytes() + lens.tobytes()
-        hdr = _CKPT_HDR.pack(_CKPT_MAGIC, VERSION, self._seq, n, zlib.crc32(body))
+        fields = _CKPT_HDR.pack(_CKPT_MAGIC, CKPT_VERSION, self._seq, n, 0)[:28]
+        hdr = fields + struct.pack("<I", zlib.crc32(body, zlib.crc32(fields)))
         for pk in self._packs:
-            os.fdatasync(pk.fd)
-        os.fdatasync(self._log_fd)
+            self._sync_fd(pk.fd, self._pack_path(pk.no))
+        self._sync_fd(self._log_fd, os.path.join(self.path, LOG))
         self._atomic_write(os.path.join(self.path, CKPT), hdr + body)
         os.ftruncate(self._log_fd, 0)
-        self._log_bytes = 0
+        self._log_bytes = self._log_written = 0
 
     def _flush_log(self):
         if self._logbuf:
             data = b"".join(self._logbuf)
             self._logbuf, self._logbuf_bytes = [], 0
-            view = memoryview(data)
-            while view:
-                view = view[os.write(self._log_fd, view):]
+            try:
+                faults.write_all(self._log_fd, data, os.path.join(self.path, LOG), "packfile")
+            except OSError as e:
+                self._cut_log(e)
+                raise StoreError(f"packfile store {self.path}: write of {LOG} failed "
+                                 f"({e.strerror or e}); the batch was not committed") from None
+            self._log_written += len(data)
+
+    def _cut_log(self, e):
+        """Take a frame that failed to write (or to sync) back off the log, so no later
+        frame follows garbage and recovery never finds a batch the caller saw fail.
+        Frames buffered under ``off`` are lost with it: refuse writes until reopened."""
+        try:
+            os.ftruncate(self._log_fd, self._log_written)
+            if self.config.durability == "off":
+                raise OSError(errno.EIO, "buffered frames lost")
+        except OSError as e2:
+            self._failed = (f"packfile store {self.path}: {LOG} write failed "
+                            f"({e.strerror or e}) and could not be rolled back "
+                            f"({e2.strerror or e2}); reopen the store")
 
     def _commit(self, puts, deletes, touched):
         """Append the batch's frame: from here on the batch is durable per the mode."""
@@ -508,15 +635,26 @@ class PackfileStore(SegmentStore):
         crc = zlib.crc32(payload, zlib.crc32(head))
         frame = struct.pack("<II", _FRAME_MAGIC, crc) + head + payload
         mode = self.config.durability
-        if mode == "sync":
-            for p in touched:
-                os.fdatasync(self._packs[p].fd)
-        self._logbuf.append(frame)
-        self._logbuf_bytes += len(frame)
-        if mode != "off" or self._logbuf_bytes >= _OFF_LOG_BUFFER:
-            self._flush_log()
-        if mode == "sync":
-            os.fdatasync(self._log_fd)
+        try:
+            if mode == "sync":
+                for p in touched:
+                    self._sync_fd(self._packs[p].fd, self._pack_path(p))
+            self._logbuf.append(frame)
+            self._logbuf_bytes += len(frame)
+            if mode != "off" or self._logbuf_bytes >= _OFF_LOG_BUFFER:
+                self._flush_log()
+            if mode == "sync":
+                try:
+                    faults.fdatasync(self._log_fd, os.path.join(self.path, LOG), "packfile")
+                except OSError as e:
+                    self._log_written -= len(frame)
+                    self._cut_log(e)
+                    raise StoreError(f"packfile store {self.path}: fsync of {LOG} failed "
+                                     f"({e.strerror or e}); the batch was not "
+                                     f"committed") from None
+        except BaseException:
+            self._seq -= 1
+            raise
         self._log_bytes += len(frame)
 
     # ----- reads ------------------------------------------------------
@@ -532,7 +670,7 @@ class PackfileStore(SegmentStore):
         size = -(-(off + _REC.size + n - a) // B) * B
         buf = self._buffer(size)
         mv = memoryview(buf)[:size]
-        os.preadv(pk.fd, [mv], a)
+        self._pread(pk.fd, [mv], a, self._pack_path(pk.no))
         return _check_record(mv, off - a, key, n)
 
     def _buffer(self, size):
@@ -595,7 +733,7 @@ class PackfileStore(SegmentStore):
         size = -(-((end - p0 * P) - a) // B) * B
         buf = self._buffer(size)
         mv = memoryview(buf)[:size]
-        os.preadv(self._packs[p0].fd, [mv], a)
+        self._pread(self._packs[p0].fd, [mv], a, self._pack_path(p0))
         base = p0 * P + a
         out = {k: _check_record(mv, (loc >> 32) - base, k, loc & 0xFFFFFFFF) for k, loc in items}
         mv.release()
@@ -647,12 +785,20 @@ class PackfileStore(SegmentStore):
         with self._wlock:
             if self._closed:
                 raise StoreError(f"packfile store {self.path}: store is closed")
+            if self._failed:
+                raise StoreError(self._failed)
             placed, touched = self._place([(k, _record(k, v)) for k, v in puts], set(), False)
             self._commit(placed, deletes, touched)
             self._apply(placed, deletes)
-            if self._log_bytes > self.checkpoint_bytes:
-                self._write_checkpoint()
-
+            if self._log_bytes > self.checkpoint_bytes + self._ckpt_deferred:
+                # the batch is committed: a checkpoint that fails now must not fail
+                # it; the log (still complete) is checkpointed on a later try
+                try:
+                    self._write_checkpoint()
+                    self._ckpt_deferred = 0
+                except StoreError as e:
+                    self.checkpoint_error = str(e)
+                    self._ckpt_deferred = self._log_bytes
     def _apply(self, placed, deletes):
         index, P, packs = self._index, self.pack_bytes, self._packs
         for k, g, n in placed:
@@ -700,7 +846,7 @@ class PackfileStore(SegmentStore):
                 buf[pos:pos + len(rec)] = rec
                 pos += len(rec)
             try:
-                os.pwritev(pk.fd, [buf], pk.ptr)
+                self._pwrite_all(pk.fd, buf, pk.ptr, self._pack_path(pk.no))
             except OSError as e:
                 raise StoreError(f"packfile store {self.path}: write to pack {pk.no} failed "
                                  f"({e.strerror or e})") from None
@@ -792,7 +938,8 @@ class PackfileStore(SegmentStore):
                 or offset + length > self.pack_bytes:
             raise ConfigError(f"packfile read of pack {pack_no} [{offset}, {offset + length}): "
                               f"outside the {len(self._packs)} packs of {self.pack_bytes} bytes")
-        return os.preadv(self._packs[pack_no].fd, [view], offset)
+        self._pread(self._packs[pack_no].fd, [view], offset, self._pack_path(pack_no))
+        return length
 
     def read_aligned(self, pack_no: int, offset: int, length: int) -> mmap.mmap:
         """:meth:`read_into` a new page-aligned buffer of ``length`` bytes."""
@@ -827,8 +974,8 @@ class PackfileStore(SegmentStore):
         with self._wlock:
             self._flush_log()
             for pk in self._packs:
-                os.fdatasync(pk.fd)
-            os.fdatasync(self._log_fd)
+                self._sync_fd(pk.fd, self._pack_path(pk.no))
+            self._sync_fd(self._log_fd, os.path.join(self.path, LOG))
 
     def _size_on_disk(self):
         return allocated_bytes(self.path)

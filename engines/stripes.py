@@ -255,6 +255,8 @@ class StripeRanges:
     """
 
     SNAPSHOT = "ranges.snapshot"
+    #: the snapshot's format version (a snapshot without one is version 1)
+    VERSION = 1
     DIRTY = "ranges.dirty"
 
     def __init__(self, path, stripe_bytes=32 << 20, bytes_per_token=4096, pack_bytes=1 << 30,
@@ -335,16 +337,24 @@ class StripeRanges:
                 "bytes_per_token": self.per_token, "layers": self.layers}
 
     def _load_snapshot(self, snap):
+        version, raw = None, b""
         try:
             with open(snap, "rb") as fh:
-                doc = json.loads(fh.read())
+                raw = fh.read()
+            doc = json.loads(raw)
+            version = doc.get("version", 1)     # the previous release wrote no version
             body = json.dumps(doc["body"], sort_keys=True).encode()
-            ok = doc.get("crc") == zlib.crc32(body)
+            ok = doc.get("crc") == zlib.crc32(body) and version == self.VERSION
             body = doc["body"]
-        except (OSError, ValueError, KeyError, TypeError):
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             ok = False
+        if version != self.VERSION and isinstance(version, int):
+            raise StoreError(f"stripe ranges {self.path}: {self.SNAPSHOT} has format version "
+                             f"{version}; this prefixbench reads version {self.VERSION}")
         if not ok:
-            raise StoreError(f"stripe ranges {self.path}: {self.SNAPSHOT} is corrupt")
+            why = "cut short or unreadable" if version is None else "bad checksum"
+            raise StoreError(f"stripe ranges {self.path}: {self.SNAPSHOT} is corrupt "
+                             f"({why}, {len(raw)} bytes)")
         if body.get("identity") != self._identity():
             raise StoreError(f"stripe ranges {self.path}: {self.SNAPSHOT} belongs to another "
                              f"store or layout ({body.get('identity')})")
@@ -643,7 +653,8 @@ class StripeRanges:
             self.store.sync()
             body = {"gens": gens, "next_gen": self._next_gen, "epoch": self.epoch,
                     "identity": self._identity()}
-            doc = {"body": body, "crc": zlib.crc32(json.dumps(body, sort_keys=True).encode())}
+            doc = {"version": self.VERSION, "body": body,
+                   "crc": zlib.crc32(json.dumps(body, sort_keys=True).encode())}
             publish_file(os.path.join(self.path, self.SNAPSHOT), json.dumps(doc).encode())
             os.unlink(os.path.join(self.path, self.DIRTY))
             fsync_dir(self.path)
