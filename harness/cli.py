@@ -81,7 +81,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
+    # no abbreviations: pyperf's own --worker (passed through to its worker processes)
+    # must not be taken for --workers
     p = sub.add_parser("run", help="replay a workload through a strategy and record pyperf results",
+                       allow_abbrev=False,
                        description="Replay a workload through an index strategy (with the exact "
                        "radix oracle as a shadow), then measure warmed match latency with "
                        "pyperf.Runner. Unrecognised options (--fast, --rigorous, -p N, -n N, "

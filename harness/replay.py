@@ -139,7 +139,8 @@ class ReplayResult:
         """Seconds: mean if ``q`` is None, else the ``q`` percentile (0-100).
 
         ``which`` is ``match``, ``insert``, ``remove`` (one remove call of a pool
-        run) or ``request`` (match + insert of one request).  Latencies are buffered per request during the replay and
+        run) or ``request`` (match + insert of one request).  Latencies are
+        buffered per request during the replay and
         summarised only afterwards, so the timed path never touches a histogram.
         """
         if which == "match":

@@ -326,3 +326,10 @@ def test_strategy_without_remove_or_locations_is_one_line(fakes, run_cli):
     one_line_error(code, err, "--workers", "fake-one-location", "max_workers")
     code, out, err = run_cli(*base, "-s", "fake-one-location")
     assert code == 0, err                               # one worker needs no locations
+
+
+def test_pyperfs_worker_flag_is_not_taken_for_workers():
+    from prefixbench.harness.cli import build_parser
+    args, left = build_parser().parse_known_args(["run", "-s", "radix", "-w", "codeact",
+                                                  "--worker", "--pipe", "3"])
+    assert args.workers is None and "--worker" in left
