@@ -14,6 +14,15 @@ join that chat's session as its next turn (``turn`` fields are not needed).
 
 The whole file is parsed once into NumPy arrays (the sample traces are a
 few MB), so :meth:`HashTraceWorkload.requests` only slices.
+
+Alibaba's Qwen/Bailian traces (``qwen_traceA_blksz_16.jsonl``, the ATC'25
+KVCache-in-the-wild release) have one object per request: ``chat_id``,
+``parent_chat_id`` (-1 for a conversation's first turn), ``timestamp``
+(seconds), ``input_length``, ``output_length``, ``type``, ``turn`` and
+``hash_ids`` of 16-token blocks, the last one partial.  The ``bailian``
+workload reads them with ``block_size=16`` (``path=`` required) and takes a
+request's prompt as its ``input_length`` tokens rather than whole blocks
+(``mooncake`` keeps counting whole 512-token blocks).
 """
 from __future__ import annotations
 
@@ -89,12 +98,15 @@ class HashTraceWorkload(Workload):
         self.block_size = int(block_size)
         self.namespace = name if namespace is None else str(namespace)
         self.h0 = namespace_seed(self.namespace)
+        #: prompts are ``input_length`` tokens (Bailian) instead of whole blocks
+        self.input_lengths = name == "bailian"
         self._load()
 
     def _load(self) -> None:
         raw: list[list[int]] = []
         sessions: list[int] = []
         turns: list[int] = []
+        prompt_len: list[int] = []
         chat_session: dict[int, int] = {}   # chat_id -> session (Alibaba traces)
         session_turns: list[int] = []
         lineno = 0
@@ -112,6 +124,10 @@ class HashTraceWorkload(Workload):
                         raise TraceFormatError(f"{where}: invalid JSON: {e.msg} "
                                                f"(column {e.colno})") from None
                     raw.append(_hash_ids(obj, where))
+                    inp = _int_field(obj, "input_length", where)
+                    whole = len(raw[-1]) * self.block_size
+                    prompt_len.append(whole if inp is None or inp < 0 or not self.input_lengths
+                                      else min(inp, whole))
                     chat = _int_field(obj, "chat_id", where)
                     parent = _int_field(obj, "parent_chat_id", where)
                     s = chat_session.get(parent) if parent is not None else None
@@ -143,14 +159,16 @@ class HashTraceWorkload(Workload):
         self._ids = ids
         self._sessions = np.array(sessions, dtype=np.int64)
         self._turns = np.array(turns, dtype=np.int64)
+        self._prompt = np.array(prompt_len, dtype=np.int64)
 
     def requests(self) -> Iterator[Request]:
         """File order; ``match_ids == insert_ids`` (the trace has no output blocks)."""
         ids, bs = self._ids, self.block_size
         off = self._offsets.tolist()
+        prompt = self._prompt.tolist()
         for r, (s, t) in enumerate(zip(self._sessions.tolist(), self._turns.tolist())):
             seq = ids[off[r]:off[r + 1]]
-            yield Request(s, t, seq, seq, len(seq) * bs)
+            yield Request(s, t, seq, seq, prompt[r])
 
     def __len__(self) -> int:
         return len(self._sessions)
@@ -220,7 +238,17 @@ def mooncake_synthetic(**options) -> HashTraceWorkload:
     return make_trace_workload("mooncake-synthetic", "synthetic_trace", **options)
 
 
+def bailian(**options) -> HashTraceWorkload:
+    """Alibaba Qwen/Bailian trace (hash ids of 16-token blocks; path= required)."""
+    if not options.get("path"):
+        raise ConfigError("option path: workload bailian needs path= (e.g. "
+                          "qwen_traceA_blksz_16.jsonl)")
+    options.setdefault("block_size", 16)
+    return make_trace_workload("bailian", "qwen_traceA_blksz_16", **options)
+
+
 @hookimpl
 def prefixbench_register_workloads(register):
     register("mooncake", mooncake)
     register("mooncake-synthetic", mooncake_synthetic)
+    register("bailian", bailian)

@@ -59,7 +59,12 @@ Readers (all options: ``path=``, ``tokenizer=`` (default ``simple``; a
     puts lines into one session (so logs that repeat the whole history on
     every call share it); optional ``id`` names a line and ``parent_id``
     says the line's messages continue the named earlier line's messages.
-    One request per distinct assistant message.
+    One request per distinct assistant message.  A request log whose line
+    holds the prompt messages and the model's answer beside them, as
+    ``response`` (a string or a message object) or ``choices[0].message``
+    (an OpenAI chat-completion response), counts that answer as the line's
+    last assistant message, so every call is a request even when no later
+    line echoes it.
 
 A line without ``role`` or ``content`` is a :class:`TraceFormatError` naming
 file and line; a missing file is one line naming it.
@@ -438,6 +443,27 @@ def _id_field(obj: dict, key: str, where: str):
     return v
 
 
+def _answer(obj: dict, where: str):
+    """A request log's answer (``response`` or ``choices[0].message``) as a message."""
+    if obj.get("response") is not None:
+        r = obj["response"]
+        if isinstance(r, str):
+            return "assistant", r
+        if isinstance(r, dict):
+            return _chat_message(dict(r, role=r.get("role") or "assistant"), f"{where}: response")
+        raise TraceFormatError(f"{where}: 'response' must be a string or a message object, "
+                               f"got {type(r).__name__}")
+    ch = obj.get("choices")
+    if ch is None:
+        return None
+    if not isinstance(ch, list) or not ch or not isinstance(ch[0], dict) \
+            or not isinstance(ch[0].get("message"), dict):
+        raise TraceFormatError(f"{where}: 'choices' must be a list whose first entry has a "
+                               "'message' object")
+    m = ch[0]["message"]
+    return _chat_message(dict(m, role=m.get("role") or "assistant"), f"{where}: choices[0].message")
+
+
 def read_chat_jsonl(path: str, b: ConversationBuilder, limit: int | None) -> int:
     """Generic chat JSONL (see the module docstring)."""
     by_conv: dict = {}
@@ -451,6 +477,9 @@ def read_chat_jsonl(path: str, b: ConversationBuilder, limit: int | None) -> int
         if not isinstance(msgs, list):
             raise TraceFormatError(f"{where}: 'messages' must be a list of messages")
         parsed = [_chat_message(m, f"{where}: messages[{i}]") for i, m in enumerate(msgs)]
+        answer = _answer(obj, where)
+        if answer is not None:
+            parsed.append(answer)
         conv = _id_field(obj, "conversation_id", where)
         rid = _id_field(obj, "id", where)
         parent = _id_field(obj, "parent_id", where)
