@@ -26,6 +26,9 @@ those whose ``supports_remove`` is set (a skipped one is named on a note
 line); a strategy given by name that cannot remove is one error line.
 ``-S STRATEGY:KEY=VALUE`` sets a strategy's option (unprefixed: sarp's).
 
+A capacity may be ``unbounded``: pools that never evict, the baseline with the
+same figures beside the bounded ones (``--pool-blocks 5e3,5e4,unbounded``).
+
 ``run --pool-blocks N`` is one such replay; it skips the pyperf.Runner
 warmed-match benchmark (a pool's content depends on the whole history, so
 there is no repeatable warm state) and writes the suites of
@@ -161,7 +164,7 @@ class CapacityRow:
 
     @property
     def label(self) -> str:
-        return f"{self.strategy}-pool-{self.capacity}"
+        return f"{self.strategy}-pool-{_pools.capacity_text(self.capacity).replace(',', '')}"
 
 
 @dataclass
@@ -212,7 +215,7 @@ class CapacityResult:
         rows = []
         for r in self.rows:
             res = r.result
-            rows.append((r.strategy, f"{r.capacity:,}", f"{res.hit_rate:.2%}",
+            rows.append((r.strategy, _pools.capacity_text(r.capacity), f"{res.hit_rate:.2%}",
                          f"{res.oracle_hit_rate:.2%}", f"{res.hit_rate_loss:.3%}",
                          f"{res.any_hit_tokens / res.prompt_tokens:.2%}"
                          if res.prompt_tokens else "-",
@@ -233,15 +236,17 @@ class CapacityResult:
                 lines.append("stack inclusion (LRU, one worker): holds - the hit rate never "
                              "falls as capacity grows")
             for who, c0, h0, c1, h1 in bad:
-                lines.append(f"stack inclusion VIOLATED: {who} hit rate {h1:.4%} at {c1:,} "
-                             f"blocks < {h0:.4%} at {c0:,} blocks")
+                lines.append(f"stack inclusion VIOLATED: {who} hit rate {h1:.4%} at "
+                             f"{_pools.capacity_text(c1)} blocks < {h0:.4%} at "
+                             f"{_pools.capacity_text(c0)} blocks")
         else:
             lines.append("stack inclusion: not checked (it holds for --evict lru with one "
                          "worker); the curve is as measured")
         cl = self.cliff()
         if cl is not None:
-            lines.append(f"capacity cliff: oracle hit rate {cl[3]:.2%} at {cl[2]:,} blocks, "
-                         f"{cl[1]:.2%} at {cl[0]:,} blocks (the largest drop)")
+            lines.append(f"capacity cliff: oracle hit rate {cl[3]:.2%} at "
+                         f"{_pools.capacity_text(cl[2])} blocks, {cl[1]:.2%} at "
+                         f"{_pools.capacity_text(cl[0])} blocks (the largest drop)")
         return "\n".join(lines)
 
     def suites(self) -> tuple[list, list]:
@@ -281,7 +286,7 @@ def run_capacity(cfg: CapacityConfig, *, quiet: bool = True) -> CapacityResult:
                              engine=cfg.engine, engine_options=cfg.engine_options,
                              cache_bytes=cfg.cache_bytes, direct_io=cfg.direct_io,
                              durability=cfg.durability, limit=cfg.limit, quiet=quiet,
-                             desc=f"{s} pool {cap:,}")
+                             desc=f"{s} pool {_pools.capacity_text(cap)}")
             rows.append(CapacityRow(s, cap, res, exact))
     return CapacityResult(cfg, rows)
 
@@ -317,7 +322,8 @@ def run_pooled(spec, pool: _pools.PoolConfig, *, output: str | None, quiet: bool
     _pools.check_fits(workload, pool.pool_blocks, spec.limit)
     cls = get_registry().get("strategy", spec.strategy).factory
     engine = spec.engine if cls.needs_store else None
-    desc = spec.strategy + (f"/{engine}" if engine else "") + f" pool {pool.pool_blocks:,}"
+    desc = (spec.strategy + (f"/{engine}" if engine else "")
+            + f" pool {_pools.capacity_text(pool.pool_blocks)}")
     res = replay_one(spec.strategy, spec.strategy_options, workload, pool, engine=engine,
                      engine_options=spec.engine_options, cache_bytes=spec.cache_bytes,
                      direct_io=spec.direct_io, durability=spec.durability,
@@ -343,7 +349,9 @@ def format_pool_lines(res: ReplayResult) -> str:
     any_rate = res.any_hit_tokens / res.prompt_tokens if res.prompt_tokens else 0.0
     oany = res.oracle_any_hit_tokens / res.prompt_tokens if res.prompt_tokens else 0.0
     rows = [
-        ("pools", f"{p['pool_workers']} worker(s) x {p['pool_blocks']:,} blocks, evict "
+        ("pools", f"{p['pool_workers']} worker(s) x "
+                  f"{_pools.capacity_text(_pools.parse_pool_blocks('', p['pool_blocks']))} "
+                  f"blocks, evict "
                   f"{p['pool_evict']}, route {p['pool_route']}"),
         ("hit rate on the routed worker", f"{res.hit_rate:.4%} (oracle, same pools "
                                           f"{res.oracle_hit_rate:.4%})"),

@@ -73,6 +73,8 @@ from prefixbench.metas import make_metas
 from prefixbench.registry import get_registry
 
 ROUTES = ("round-robin", "random", "cache-aware")
+#: ``--pool-blocks unbounded``: pools that never evict (the baseline beside bounded ones)
+UNBOUNDED = 1 << 62
 MAX_WORKERS = 64
 DEFAULT_EVICT = "lru"
 DEFAULT_ROUTE = "round-robin"
@@ -91,20 +93,29 @@ class PoolConfig:
     seed: int = 0
 
     def describe(self) -> dict:
-        return {"pool_blocks": self.pool_blocks, "pool_evict": self.evict,
+        return {"pool_blocks": (self.pool_blocks if self.pool_blocks < UNBOUNDED
+                                else "unbounded"), "pool_evict": self.evict,
                 "pool_workers": self.workers, "pool_route": self.route,
                 "pool_route_seed": self.seed}
 
 
+def capacity_text(blocks: int) -> str:
+    """``10,000`` or ``unbounded``."""
+    return "unbounded" if blocks >= UNBOUNDED else f"{blocks:,}"
+
+
 def parse_pool_blocks(option: str, text) -> int:
-    """``1e4``, ``10000``, ``10k`` -> blocks; 0 or less is one line."""
+    """``1e4``, ``10000``, ``10k`` -> blocks, ``unbounded`` -> :data:`UNBOUNDED`; 0 or
+    less is one line."""
     s = str(text).strip()
+    if s.lower() == "unbounded":
+        return UNBOUNDED
     mult = {"k": 10 ** 3, "m": 10 ** 6, "g": 10 ** 9}.get(s[-1:].lower(), 1)
     try:
         v = float(s[:-1] if mult != 1 else s) * mult
     except ValueError:
         raise ConfigError(f"option {option}: {text!r} is not a block count "
-                          "(e.g. 16384, 1e4 or 10k)") from None
+                          "(e.g. 16384, 1e4, 10k or unbounded)") from None
     if not np.isfinite(v) or v != int(v):
         raise ConfigError(f"option {option}: {text!r} is not a whole number of blocks")
     if v < 1:
@@ -171,30 +182,48 @@ def check_fits(workload, pool_blocks: int, limit: int | None = None) -> int:
 
 # ----------------------------------------------------------------------------- one pool
 class Pool:
-    """One worker's KVCache pool: ``capacity`` slots, a sorted id index, per-slot
+    """One worker's KVCache pool of ``capacity`` blocks: a sorted id index, per-slot
     state for the eviction policy (``last``, ``hits``, ``newest``, ``depth``),
-    each slot's parent slot and its number of cached children."""
+    each slot's parent slot and its number of cached children.  Slot arrays grow
+    by doubling up to the capacity, so a large or unbounded pool costs only what
+    it holds."""
 
-    def __init__(self, capacity: int, policy):
+    _STATE = (("ids", np.uint64, 0), ("parent", np.int64, -1), ("kids", np.int64, 0),
+              ("depth", np.int64, 0), ("last", np.int64, 0), ("hits", np.int64, 0),
+              ("newest", np.int64, 0), ("used", bool, False))
+
+    def __init__(self, capacity: int, policy, initial_slots: int = 4096):
         self.capacity = capacity
         self.policy = policy
-        self.ids = np.zeros(capacity, dtype=np.uint64)
-        self.parent = np.full(capacity, -1, dtype=np.int64)
-        self.kids = np.zeros(capacity, dtype=np.int64)
-        self.depth = np.zeros(capacity, dtype=np.int64)
-        self.last = np.zeros(capacity, dtype=np.int64)
-        self.hits = np.zeros(capacity, dtype=np.int64)
-        self.newest = np.zeros(capacity, dtype=np.int64)
-        self.used = np.zeros(capacity, dtype=bool)
-        self._free = np.arange(capacity - 1, -1, -1, dtype=np.int64)   # a stack
-        self._n_free = capacity
+        size = min(capacity, initial_slots)
+        for name, dtype, fill in self._STATE:
+            setattr(self, name, np.full(size, fill, dtype=dtype))
+        self._free = np.arange(size - 1, -1, -1, dtype=np.int64)   # a stack of free slots
+        self._top = size
+        self._held = 0
         self._sorted = np.empty(0, dtype=np.uint64)       # held ids, ascending
         self._slot_of = np.empty(0, dtype=np.int64)       # their slots
         self.evictions = 0
 
     @property
     def held(self) -> int:
-        return self.capacity - self._n_free
+        return self._held
+
+    def _grow(self, need: int) -> None:
+        """At least ``need`` free slots (the caller has made room under the capacity)."""
+        if self._top >= need:
+            return
+        size = len(self.used)
+        new = min(self.capacity, max(2 * size, self._held + need))
+        for name, dtype, fill in self._STATE:
+            arr = np.full(new, fill, dtype=dtype)
+            arr[:size] = getattr(self, name)
+            setattr(self, name, arr)
+        free = np.empty(new, dtype=np.int64)
+        free[:self._top] = self._free[:self._top]
+        free[self._top:self._top + new - size] = np.arange(new - 1, size - 1, -1)
+        self._free = free
+        self._top += new - size
 
     def lookup(self, ids: np.ndarray) -> np.ndarray:
         """Slot of each id, -1 where the pool does not hold it."""
@@ -228,12 +257,14 @@ class Pool:
         if not new:
             return h, evicted
         self.newest[pinned] = request
-        short = new - self._n_free
+        short = new - (self.capacity - self._held)
         if short > 0:
             evicted = self._evict(short, pinned)
-        top = self._n_free
+        self._grow(new)
+        top = self._top
         slots = self._free[top - new:top][::-1].copy()
-        self._n_free = top - new
+        self._top = top - new
+        self._held += new
         self.ids[slots] = ids[h:]
         self.depth[slots] = np.arange(h, n, dtype=np.int64)
         self.parent[slots[1:]] = slots[:-1]
@@ -293,9 +324,10 @@ class Pool:
         at = np.searchsorted(self._sorted, ids)
         self._sorted = np.delete(self._sorted, at)
         self._slot_of = np.delete(self._slot_of, at)
-        top = self._n_free
+        top = self._top
         self._free[top:top + len(slots)] = slots
-        self._n_free = top + len(slots)
+        self._top = top + len(slots)
+        self._held -= len(slots)
 
 
 # ----------------------------------------------------------------------------- routing

@@ -9,10 +9,10 @@ import pytest
 import pool_fakes
 from cli_support import one_line_error
 from prefixbench.errors import ConfigError
-from prefixbench.harness import capacity
+from prefixbench.harness import capacity, pools
 
 TINY = {"sessions": "20"}
-CAPS = "250,400,800,1600,5k"
+CAPS = "250,400,800,1600,5k,unbounded"
 
 
 @pytest.fixture(scope="module")
@@ -24,11 +24,18 @@ def lru_sweep():
 
 def test_rows_ascend_and_exact_strategies_lose_nothing(lru_sweep):
     rows = lru_sweep.rows
-    assert [r.capacity for r in rows] == [250, 400, 800, 1600, 5000]
+    assert [r.capacity for r in rows] == [250, 400, 800, 1600, 5000, pools.UNBOUNDED]
     for r in rows:
         assert r.result.false_hits == 0 and r.result.hit_rate_loss == 0
         assert r.result.strategy_stats["entries"] <= r.capacity
-    assert rows[0].result.evictions > rows[-2].result.evictions
+    assert rows[0].result.evictions > rows[-3].result.evictions
+    assert rows[-1].result.evictions == 0 and rows[-1].label == "radix-pool-unbounded"
+    from prefixbench.harness.bench import make_workload
+    from prefixbench.harness.replay import replay
+    from prefixbench.registry import get_registry
+    plain = replay(get_registry().get("strategy", "radix").factory(),
+                   make_workload("codeact", TINY))
+    assert rows[-1].result.hit_tokens == plain.hit_tokens   # unbounded = no pools at all
 
 
 def test_lru_stack_inclusion_holds_on_a_small_workload(lru_sweep):
@@ -49,10 +56,10 @@ def test_a_violation_is_printed(lru_sweep):
     bad.rows[0], bad.rows[1] = rows[0], rows[-1]
     # swap the results so the larger capacity carries the smaller pool's hit rate
     bad.rows = [capacity.CapacityRow("radix", 250, rows[-1].result, True),
-                capacity.CapacityRow("radix", 5000, rows[0].result, True)]
+                capacity.CapacityRow("radix", pools.UNBOUNDED, rows[0].result, True)]
     v = bad.violations()
-    assert v and v[0][1] == 250 and v[0][3] == 5000
-    assert "stack inclusion VIOLATED" in bad.table()
+    assert v and v[0][1] == 250 and v[0][3] == pools.UNBOUNDED
+    assert "stack inclusion VIOLATED" in bad.table() and "at unbounded blocks" in bad.table()
 
 
 def test_other_policies_and_workers_are_reported_as_measured():
@@ -126,6 +133,7 @@ def test_other_sweeps_refuse_pool_options(run_cli):
 
 def test_capacity_list_parsing():
     assert capacity.parse_capacities("1e4, 1e3,10k") == (1000, 10000)
+    assert capacity.parse_capacities("unbounded,1e3") == (1000, pools.UNBOUNDED)
     with pytest.raises(ConfigError, match="not a block count"):
         capacity.parse_capacities("1e3,big")
     with pytest.raises(ConfigError, match="whole number"):

@@ -51,7 +51,7 @@ def test_keys_are_heap_ordered(name, seed):
     for r, ids in enumerate(_chains(seed)):
         pool.admit(ids, r)
         used = np.flatnonzero(pool.used)
-        keys = np.zeros(pool.capacity, dtype=np.int64)
+        keys = np.zeros(len(pool.used), dtype=np.int64)
         keys[used] = policy.keys(pool, used)
         child = used[pool.parent[used] >= 0]
         assert (keys[pool.parent[child]] > keys[child]).all()
