@@ -100,7 +100,11 @@ class RecordResult:
 
 def _fetch_replay(zmq, dealer, endpoint: str, start: int, stop: int, timeout: float):
     """Frames ``[start, stop)`` from a replay endpoint: list of (seq, payload)."""
-    dealer.send_multipart((b"", start.to_bytes(8, "big")))
+    try:
+        dealer.send_multipart((b"", start.to_bytes(8, "big")))
+    except zmq.Again:
+        raise EndpointTimeout(f"replay endpoint {endpoint}: not reachable within {timeout:g} s "
+                              f"(asked for seq {start})") from None
     got = []
     deadline = time.monotonic() + timeout
     while True:
@@ -143,6 +147,7 @@ def record(endpoint: str, out: str, *, topic: str = "", duration: float | None =
             if replay_endpoint is not None:
                 dealer = ctx.socket(zmq.DEALER)
                 dealer.setsockopt(zmq.LINGER, 0)
+                dealer.setsockopt(zmq.SNDTIMEO, max(1, int(timeout * 1000)))
                 dealer.connect(replay_endpoint)
         except zmq.ZMQError as e:
             raise ConfigError(f"endpoint {endpoint}: {e}") from None

@@ -99,6 +99,17 @@ def test_replay_endpoint_recovers_the_missed_batches_in_order(tmp_path):
     assert r.seq_gaps == 0 and r.hash_mismatches == 0 and r.consistency_misses == 0
 
 
+def test_a_silent_replay_endpoint_times_out_naming_it(tmp_path):
+    port, dead = free_port(), free_port()
+    pub = start_publisher(port, "--batches", 30, "--skip", "10", "--rate", 1000)
+    try:
+        with pytest.raises(EndpointTimeout, match=f"replay endpoint tcp://127.0.0.1:{dead}: "):
+            record(f"tcp://127.0.0.1:{port}", str(tmp_path / "x.pbkv"), timeout=3.0,
+                   replay_endpoint=f"tcp://127.0.0.1:{dead}", duration=30)
+    finally:
+        pub.wait(timeout=60)
+
+
 def test_unreachable_endpoints_time_out_naming_them(tmp_path, run_cli):
     port = free_port()
     with pytest.raises(EndpointTimeout, match=f"endpoint tcp://127.0.0.1:{port}: no frames "
