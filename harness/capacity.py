@@ -6,7 +6,10 @@ capacity (ascending), each on a fresh store and a fresh radix oracle that
 applies the same store and remove events (:mod:`prefixbench.harness.pools`),
 and prints one table: hit rate at capacity beside the oracle's, loss, the
 any-worker hit rate, evictions per request, match / insert / remove latency,
-index entries and memory.
+index entries and memory.  "Index entries" is the strategy's own ``entries``
+counter at the end: unique blocks for the per-block indexes; strategies that
+tombstone removed blocks inside their records (the segment layouts, sarp)
+keep counting what their records hold, so their figure does not shrink.
 
 Stack inclusion.  With one worker, LRU and a pinned set that is only the
 in-flight request's own prefix (the sequential replay), leaf-first LRU is a

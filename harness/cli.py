@@ -438,6 +438,9 @@ def cmd_run(args, leftover, argv, quiet):
         warm_fraction=args.warm_fraction, breakdown=args.breakdown)
     pool = _pool_config(args)
     if pool is not None:
+        if leftover:
+            raise ConfigError(f"option {leftover[0]}: pool runs (--pool-blocks) have no "
+                              "pyperf.Runner part to pass it to")
         return _run_pooled(args, spec, pool, quiet)
     our_argv = _split_argv(argv, leftover)
     if our_argv and our_argv[0] in ("--quiet", "-q"):

@@ -334,3 +334,9 @@ def test_pyperfs_worker_flag_is_not_taken_for_workers():
     args, left = build_parser().parse_known_args(["run", "-s", "radix", "-w", "codeact",
                                                   "--worker", "--pipe", "3"])
     assert args.workers is None and "--worker" in left
+
+
+def test_pyperf_options_under_pools_are_one_line(run_cli):
+    code, _, err = run_cli("-q", "run", "-s", "radix", "-w", "codeact", "-W", "sessions=20",
+                           "--pool-blocks", "1e4", "--fast")
+    one_line_error(code, err, "--fast", "pyperf.Runner")
