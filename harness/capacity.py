@@ -5,8 +5,9 @@
 capacity (ascending), each on a fresh store and a fresh radix oracle that
 applies the same store and remove events (:mod:`prefixbench.harness.pools`),
 and prints one table: hit rate at capacity beside the oracle's, loss, the
-any-worker hit rate, evictions per request, match / insert / remove latency,
-index entries and memory.  "Index entries" is the strategy's own ``entries``
+any-worker hit rate, evictions per request, requests per second of strategy
+time (match + insert + remove), match / insert / remove latency, index entries
+and memory.  "Index entries" is the strategy's own ``entries``
 counter at the end: unique blocks for the per-block indexes; strategies that
 tombstone removed blocks inside their records (the segment layouts, sarp)
 keep counting what their records hold, so their figure does not shrink.
@@ -223,7 +224,7 @@ class CapacityResult:
                          f"{res.any_hit_tokens / res.prompt_tokens:.2%}"
                          if res.prompt_tokens else "-",
                          f"{res.evictions / res.requests:.1f}" if res.requests else "-",
-                         fmt_seconds(res.latency("match")), fmt_seconds(res.latency("match", 99)),
+                         f"{res.throughput:,.0f}", fmt_seconds(res.latency("match")), fmt_seconds(res.latency("match", 99)),
                          fmt_seconds(res.latency("insert")),
                          fmt_seconds(res.latency("remove")) if len(res.remove_ns) else "-",
                          f"{int(res.strategy_stats.get('entries', 0)):,}",
@@ -231,7 +232,7 @@ class CapacityResult:
                          str(res.false_hits)))
         lines = [head, *cfg.notes, format_table(
             ("strategy", "pool blocks", "hit rate", "oracle", "loss", "any worker",
-             "evictions/req", "match mean", "match p99", "insert mean", "remove mean",
+             "evictions/req", "req/s", "match mean", "match p99", "insert mean", "remove mean",
              "index entries", "index memory", "false hits"), rows)]
         if cfg.inclusion_applies:
             bad = self.violations()

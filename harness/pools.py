@@ -13,6 +13,12 @@ The model
                      bit ``w`` = worker ``w``), ties to the worker holding the
                      fewest blocks, then the lowest number (a KV-aware router).
 
+    In this sequential replay no request is in flight beside the current one,
+    so there is no load to balance against: when every request shares a
+    prefix (one system prompt), ``cache-aware`` sends them all to the worker
+    that cached it first and the hit rate is a single pool's; without a
+    shared prefix, new sessions spread by the fewest-blocks tie-break.
+
     The routed worker then computes the request: every block of
     ``context + input + output`` it lacks is allocated in its pool.  When the
     pool has too few free slots, blocks are evicted first, by the policy of
