@@ -37,7 +37,7 @@ def _add_pool_options(p: argparse.ArgumentParser, sweep: bool = False) -> None:
     g = p.add_argument_group("bounded KVCache pools (prefixbench.harness.pools)")
     if sweep:
         g.add_argument("--pool-blocks", metavar="N,N,...", help="capacity: comma-separated "
-                       "pool sizes in blocks per worker, e.g. 1e3,1e4,1e5")
+                       "pool sizes in blocks per worker, e.g. 1e3,1e4,1e5,unbounded")
     else:
         g.add_argument("--pool-blocks", metavar="N", help="KVCache capacity of each worker in "
                        "blocks: evicted blocks are removed from the index (one replay, no "
@@ -207,7 +207,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--strategies", help="strategies: comma-separated strategy names, the first "
                    "is the one ratios are taken from (default: sarp,ssd-blockhash,"
                    "segment-radix-capped,segment-hash); space: the layouts beside ssd-blockhash, "
-                   "which always comes first (default: sarp)")
+                   "which always comes first (default: sarp); capacity: the strategies at "
+                   "every capacity (default: radix,dram-blockhash,sarp, those that can "
+                   "remove)")
     p.add_argument("--strategy-option", "-S", action="append", default=[],
                    metavar="[STRATEGY:]KEY=VALUE",
                    help="strategy parameter, sarp's unless prefixed with a strategy name, e.g. "
