@@ -17,9 +17,11 @@ Names
     each place they are written today (``throughput_rps`` in the metadata,
     ``ops_per_s`` in the CSV and the reciprocal of ``replay-time-per-request``
     are all ``request-throughput``), so suites written before the schema read
-    the same as new ones.  ``workload describe`` and ``crashtest`` write no
-    suite today; their ``--json`` keys are mapped too (``workload-*``,
-    ``crash-*``, :func:`from_json`), ready for their writers.
+    the same as new ones.  ``workload describe`` and ``crashtest`` print
+    ``--json`` documents too; their ``--json`` keys are mapped too (``workload-*``,
+    ``crash-*``, :func:`from_json`), and with ``-o`` they write those names
+    (a crashtest row's prefixed ``STRATEGY-ENGINE-``, its setting), all in
+    one file, with the metadata ``command`` = ``crashtest`` / ``describe``.
 
 Units
     ``seconds``, ``count``, ``bytes``, ``ratio`` (a plain number, 1 = equal),
@@ -49,10 +51,9 @@ Writers
     (the version), :func:`zero_metadata` of the figures whose value was 0,
     and the machine under :data:`MACHINE_KEYS` (CPU model, cores, RAM, the
     store's device), which reports print in every caption.  Benchmark names
-    and units stay as they are; a figure whose pyperf unit differs from
-    :attr:`Figure.pyperf_unit` (``memory-bytes-per-indexed-block`` is written
-    as ``integer``) is read the same, and a writer should switch to the
-    schema's.
+    stay as they are; a figure whose pyperf unit differs from
+    :attr:`Figure.pyperf_unit` (``memory-bytes-per-indexed-block``, written
+    as ``integer`` before schema version 1) is read the same.
 
 Pools
     A bounded-pool run (``--pool-blocks``) counts hits on the routed worker:
@@ -197,6 +198,14 @@ def _recovery():
 def _describe():
     """``workload describe``: a workload's characteristics (its ``--json`` keys)."""
     return [Figure(f"workload-{n}", unit, "workload", m, json=(key,)) for n, unit, key, m in (
+        ("block-size", "count", "block_size", "tokens per block"),
+        ("requests", "count", "requests", "requests of the workload"),
+        ("prompt-tokens", "count", "prompt_tokens", "prompt tokens of every request"),
+        ("span-blocks", "count", "span_blocks", "blocks per 256-token span"),
+        ("routing-observations", "count", "routing_observations",
+         "base routing points observed"),
+        ("next-block-observations", "count", "next_block_observations",
+         "routing points of the Fig. 3 measurement (the top 10%)"),
         ("sessions", "count", "sessions", "sessions of the workload"),
         ("turns", "count", "turns", "turns (requests) of the workload"),
         ("inserted-tokens", "count", "inserted_tokens", "tokens inserted over the replay"),

@@ -144,6 +144,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--workload-option", "-W", action="append", default=[], metavar="KEY=VALUE",
                    help="workload option (repeatable)")
     d.add_argument("--json", action="store_true", help="machine-readable output")
+    d.add_argument("-o", "--output", metavar="OUT.json",
+                   help="also write the figures (workload-*) as a pyperf suite")
 
     p = sub.add_parser("compare", help="compare pyperf result files (pyperf compare_to --table)",
                        description="Compare result files with 'python -m pyperf compare_to "
@@ -300,6 +302,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the child snapshots after every N requests (default: %(default)s)")
     p.add_argument("--max-kill-ms", type=int, default=3000,
                    help="kill within this many ms after the child is ready (default: %(default)s)")
+    p.add_argument("-o", "--output", metavar="OUT.json",
+                   help="write the rows' figures (crash-*) as a pyperf suite")
 
     p = sub.add_parser("hash-bench", help="chained block hashing throughput (Cython vs Python)",
                        description="Measure chained block-ID hashing in tokens/s for the "
@@ -377,6 +381,8 @@ def build_parser() -> argparse.ArgumentParser:
     servers.add_parser(sub, COMMANDS)
     from prefixbench.harness import reporting      # report, plot; compare --html/--fail-above
     reporting.add_commands(sub, COMMANDS)
+    from prefixbench.harness import reproduce      # reproduce sarp|range|placement
+    reproduce.add_command(sub, COMMANDS)
     from prefixbench.harness import events        # events record/publish/replay/bench; hash
     events.add_commands(sub, COMMANDS)
     return parser
@@ -452,8 +458,10 @@ def cmd_run(args, leftover, argv, quiet):
     res = run(spec, output=args.output, quiet=quiet, our_argv=our_argv,
               pyperf_argv=leftover, use_runner=not args.no_runner)
     if res is not None:
-        from prefixbench.reports.tables import format_replay
-        print(format_replay(spec, res))
+        from prefixbench.harness import pyperf_io
+        from prefixbench.harness.reporting import table_of
+        print(table_of(args.output, *pyperf_io.replay_suites(res, pyperf_io.run_metadata(
+            spec.strategy, spec.engine, spec.workload, spec.config()))))
         if args.breakdown:
             from prefixbench.reports.breakdown import format_breakdown
             print("\nwhere the time goes (paper Fig. 7)")
@@ -504,13 +512,14 @@ def cmd_scale(args, leftover, argv, quiet):
         cache_bytes=parse_size("--cache-bytes", args.cache_bytes), direct_io=args.direct_io,
         durability=args.durability, limit=args.limit)
     rows = scaling.scale(spec, counts, quiet)
-    print(scaling.format_scale(rows))
-    print(scaling.format_gil(spec, rows))
+    from prefixbench.harness.reporting import table_of
+    md = pyperf_io.run_metadata(spec.strategy, spec.engine, spec.workload, spec.config())
+    times, cnts = scaling.scale_suites(rows, md, spec)
     if args.output:
-        md = pyperf_io.run_metadata(spec.strategy, spec.engine, spec.workload, spec.config())
-        times, cnts = scaling.scale_suites(rows, md, spec)
         pyperf_io.write_suite(args.output, times)
         pyperf_io.write_suite(pyperf_io.counts_path(args.output), cnts)
+    print(table_of(args.output, times, cnts))
+    if args.output:
         print(f"wrote {args.output} and {pyperf_io.counts_path(args.output)}")
     bad = sum(r.false_hits for _, r in rows)
     if bad:
@@ -548,14 +557,25 @@ def cmd_workload(args, leftover, argv, quiet):
 
     if args.workload_command != "describe":
         raise ConfigError("workload: give a subcommand: describe NAME")
-    from prefixbench.workloads.describe import describe, format_table
+    from prefixbench.workloads.describe import describe
 
-    wl = make_workload(args.name, parse_kv("--workload-option", args.workload_option))
+    options = parse_kv("--workload-option", args.workload_option)
+    if args.output:
+        from prefixbench.harness.reporting import check_output
+        check_output(args.output, "workload describe")
+    wl = make_workload(args.name, options)
     facts = describe(wl)
+    from prefixbench.harness import pyperf_io
+    benches = pyperf_io.describe_benchmarks(facts, options)
+    if args.output:
+        pyperf_io.write_suite(args.output, benches)
     if args.json:
         print(json.dumps(facts, indent=1, default=str))
     else:
-        print(format_table(facts))
+        from prefixbench.harness.reporting import table_of
+        print(table_of(args.output, benches))
+    if args.output and not quiet:
+        print(f"wrote {args.output}", file=sys.stderr if args.json else sys.stdout)
     return 0
 
 
@@ -657,7 +677,7 @@ def _sweep_capacity(args, quiet):
 
 def cmd_recover(args, leftover, argv, quiet):
     from prefixbench.harness.build import parse_kv, parse_size
-    from prefixbench.harness.recovery import RecoverSpec, format_result, parse_count, run_recover
+    from prefixbench.harness.recovery import RecoverSpec, parse_count, run_recover
 
     spec = RecoverSpec(
         strategy=args.strategy, engine=args.engine,
@@ -676,7 +696,10 @@ def cmd_recover(args, leftover, argv, quiet):
     if not cls.needs_store:
         spec.engine = None
     result = run_recover(spec, output=args.output, quiet=quiet)
-    print(format_result(result))
+    from prefixbench.harness.recovery import recover_benchmarks
+    from prefixbench.harness.reporting import table_of
+    print(table_of(args.output, *recover_benchmarks(spec, result["reference"],
+                                                    result.get("runs") or [result["recovered"]])))
     if args.output:
         from prefixbench.harness.pyperf_io import counts_path
         print(f"wrote {args.output} and {counts_path(args.output)}")
@@ -685,7 +708,7 @@ def cmd_recover(args, leftover, argv, quiet):
 
 def cmd_crashtest(args, leftover, argv, quiet):
     from prefixbench.harness.build import parse_kv
-    from prefixbench.harness.crashtest import CrashSpec, format_summary, run_crashtest
+    from prefixbench.harness.crashtest import CrashSpec, run_crashtest
 
     if args.iterations < 1:
         raise ConfigError(f"option --iterations: {args.iterations} must be >= 1")
@@ -693,8 +716,19 @@ def cmd_crashtest(args, leftover, argv, quiet):
                      iterations=args.iterations, seed=args.seed, workload=args.workload,
                      workload_options=parse_kv("--workload-option", args.workload_option),
                      snapshot_every=args.snapshot_every, max_kill_ms=args.max_kill_ms)
+    if args.output:
+        from prefixbench.harness.reporting import check_output
+        check_output(args.output, "crashtest")
     summary = run_crashtest(spec, quiet=quiet)
-    print(format_summary(summary))
+    from prefixbench.harness import pyperf_io
+    from prefixbench.harness.crashtest import crash_benchmarks
+    from prefixbench.harness.reporting import table_of
+    benches = crash_benchmarks(summary, spec)
+    if args.output:
+        pyperf_io.write_suite(args.output, benches)
+    print(table_of(args.output, benches))
+    if args.output and not quiet:
+        print(f"wrote {args.output}")
     return 0 if all(r["failures"] == 0 for r in summary) else 3
 
 

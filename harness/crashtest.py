@@ -282,6 +282,26 @@ def run_crashtest(spec: CrashSpec, quiet: bool = True) -> list[dict]:
     return summary
 
 
+def crash_benchmarks(summary: list[dict], spec: CrashSpec) -> list:
+    """One benchmark per row and ``crash-*`` figure, named ``STRATEGY-ENGINE-crash-...``
+    (the row is the setting), its failing seeds in the metadata; zeros listed."""
+    from prefixbench import schema
+    from prefixbench.harness import pyperf_io
+    out = []
+    for row in summary:
+        setting = f"{row['strategy']}-{row['engine']}"
+        md = pyperf_io.run_metadata(row["strategy"], row["engine"], spec.workload, {
+            "workload_options": spec.workload_options, "iterations": spec.iterations,
+            "seed": spec.seed, "snapshot_every": spec.snapshot_every,
+            "max_kill_ms": spec.max_kill_ms})
+        md.update(command="crashtest", setting=setting,
+                  failing_seeds=",".join(map(str, row["failing_seeds"])) or "-")
+        if row.get("kill_at_tried"):          # deterministic kill points: reached / tried
+            md["kill_at"] = f"{row.get('kill_at_reached', 0)}/{row['kill_at_tried']}"
+        out += pyperf_io.figure_benchmarks(schema.from_json(row), md, prefix=setting)
+    return out
+
+
 def format_summary(summary: list[dict]) -> str:
     head = ("engine", "strategy", "kill points", "killed", "acked inserts", "blocks checked",
             "lost", "false matches", "recovery failures", "failing seeds")

@@ -653,7 +653,8 @@ def write_pyperf(output: str, rows: list[Restore], warmups: list[Restore] | None
     calls, bytes read, host microseconds per object and layer events per
     restore.  Values of 0 (read calls of a memory-mapped engine) are left out:
     pyperf refuses them.  Returns both paths."""
-    from prefixbench.harness.pyperf_io import counts_path, run_metadata, value_runs, write_suite
+    from prefixbench.harness.pyperf_io import (collecting_zeros, counts_path, run_metadata,
+                                               value_runs, with_zeros, write_suite)
     md = {k: v for k, v in run_metadata("none", None, "payload-restore", config or {}).items()
           if v not in ("", None)}
     warm = {(w.path, w.point): w.seconds for w in warmups or ()}
@@ -662,7 +663,10 @@ def write_pyperf(output: str, rows: list[Restore], warmups: list[Restore] | None
         by.setdefault((r.path, r.point), []).append(r)
 
     def bench(name, unit, values, warmup=None):
-        return value_runs(name, unit, values, md, warmup)
+        """The benchmark, or its name when every value was 0 (listed as a zero)."""
+        with collecting_zeros() as zeros:
+            b = value_runs(name, unit, values, md, warmup)
+        return zeros[0] if zeros else b
 
     times, counts = [], []
     for (path, point), rs in by.items():
@@ -676,6 +680,9 @@ def write_pyperf(output: str, rows: list[Restore], warmups: list[Restore] | None
         if point == LAYERWISE:
             counts.append(bench(f"layer-events-{tag}", "integer", [r.layer_events for r in rs]))
     cpath = counts_path(output)
-    write_suite(output, [b for b in times if b])
-    write_suite(cpath, [b for b in counts if b])
+    zeros = [n for n in (b if isinstance(b, str) else None for b in times + counts) if n]
+    times = [b for b in times if b and not isinstance(b, str)]
+    counts = [b for b in counts if b and not isinstance(b, str)]
+    write_suite(output, with_zeros(times, zeros))
+    write_suite(cpath, with_zeros(counts, zeros))
     return output, cpath

@@ -26,6 +26,7 @@ its metadata carries the pool configuration (``pool_blocks``, ``pool_evict``,
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
@@ -33,9 +34,11 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 
 import pyperf
 
+from prefixbench import schema
 from prefixbench.harness.replay import ReplayResult
 
 
@@ -134,8 +137,61 @@ def versions() -> dict:
     return out
 
 
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.lower().startswith(("model name", "hardware", "cpu model")):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def _mem_total() -> str:
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemTotal:"):
+                    return f"{int(line.split()[1]) / 2**20:.1f} GiB"
+    except (OSError, ValueError, IndexError):
+        pass
+    return "unknown"
+
+
+def _store_device(path: str) -> str:
+    """The block device (and whether it rotates) under ``path``, from mountinfo."""
+    try:
+        dev = os.stat(path).st_dev
+        want = f"{os.major(dev)}:{os.minor(dev)}"
+        with open("/proc/self/mountinfo") as fh:
+            for line in fh:
+                parts = line.split()
+                if parts[2] == want and " - " in line:
+                    fstype, source = line.split(" - ", 1)[1].split()[:2]
+                    name = os.path.basename(source)
+                    rot = f"/sys/class/block/{name}/queue/rotational"
+                    kind = ""
+                    if os.path.exists(rot):
+                        kind = ", hdd" if open(rot).read().strip() == "1" else ", ssd"
+                    return f"{source} ({fstype}{kind})"
+    except (OSError, IndexError, ValueError):
+        pass
+    return "unknown"
+
+
+@functools.lru_cache(maxsize=8)
+def machine_metadata(store_dir: str | None = None) -> dict:
+    """The machine under :data:`schema.MACHINE_KEYS`; the store's device is the one
+    holding ``store_dir`` (default: the temporary directory stores are built in)."""
+    return {"cpu_model_name": _cpu_model(), "cpu_count": os.cpu_count() or 1,
+            "mem_total": _mem_total(),
+            "store_device": _store_device(store_dir or tempfile.gettempdir())}
+
+
 def run_metadata(strategy: str, engine: str | None, workload: str, config: dict) -> dict:
-    """Metadata recorded in every benchmark of a run (str/int/float, one line each)."""
+    """Metadata recorded in every benchmark of a run (str/int/float, one line each):
+    the schema version and the machine too, which every report caption prints."""
     from prefixbench import twins
     md = {
         "strategy": strategy,
@@ -148,16 +204,68 @@ def run_metadata(strategy: str, engine: str | None, workload: str, config: dict)
         "prefixbench_impl": twins.IMPLEMENTATION,
     }
     md.update(versions())
+    md.update(schema.schema_metadata())
+    md.update(machine_metadata())
     return md
+
+
+#: open :func:`collecting_zeros` blocks, innermost last
+_ZERO_SINKS: list = []
+
+
+@contextlib.contextmanager
+def collecting_zeros():
+    """Within the block, the names :func:`value_runs` leaves out because every value
+    was 0 (pyperf refuses 0); the writer lists them with :func:`with_zeros`."""
+    names: list = []
+    _ZERO_SINKS.append(names)
+    try:
+        yield names
+    finally:
+        _ZERO_SINKS.remove(names)
+
+
+def with_zeros(benches: list, names) -> list:
+    """``benches`` with ``names`` added to every run's ``zero_figures`` metadata, so a
+    reader gives those figures 0 instead of leaving them blank."""
+    names = [n for n in names if n]
+    if not names:
+        return list(benches)
+    out = []
+    for b in benches:
+        runs = []
+        for run in b.get_runs():
+            md = run.get_metadata()
+            md.update(schema.zero_metadata(str(md.get(schema.ZEROS_KEY, "")).split() + names))
+            runs.append(pyperf.Run(run.values, warmups=run.warmups or None, metadata=md,
+                                   collect_metadata=False))
+        out.append(pyperf.Benchmark(runs))
+    return out
+
+
+def prefixed(bench: pyperf.Benchmark, prefix: str) -> pyperf.Benchmark:
+    """``bench`` renamed ``PREFIX-name``, the zeros it lists renamed alike."""
+    runs = []
+    for run in bench.get_runs():
+        md = dict(run.get_metadata(), name=f"{prefix}-{bench.get_name()}")
+        zeros = str(md.pop(schema.ZEROS_KEY, "")).split()
+        md.update(schema.zero_metadata(f"{prefix}-{z}" for z in zeros))
+        runs.append(pyperf.Run(run.values, warmups=run.warmups or None, metadata=md,
+                               collect_metadata=False))
+    return pyperf.Benchmark(runs)
 
 
 def value_runs(name: str, unit: str, values, metadata: dict,
                warmup: float | None = None) -> pyperf.Benchmark | None:
     """A benchmark of one pyperf run per value (the first run carrying ``warmup`` as
     its pyperf warmup).  Zero, None and infinite values are left out - pyperf refuses
-    0, and absent means "none happened"; None when no value is left."""
-    vals = [float(v) for v in values if v is not None and v > 0 and not math.isinf(v)]
+    0, and absent means "none happened"; None when no value is left.  Inside
+    :func:`collecting_zeros`, a name whose values were all 0 is collected."""
+    given = [v for v in values if v is not None]
+    vals = [float(v) for v in given if v > 0 and not math.isinf(v)]
     if not vals:
+        if given and _ZERO_SINKS and all(v == 0 for v in given):
+            _ZERO_SINKS[-1].append(name)
         return None
     md = dict(metadata, name=name, unit=unit, loops=1)
     return pyperf.Benchmark([
@@ -193,7 +301,14 @@ def breakdown_metadata(res: ReplayResult) -> dict:
 
 
 def replay_suites(res: ReplayResult, metadata: dict) -> tuple[list, list]:
-    """(time benchmarks, count/size benchmarks) for one replay."""
+    """(time benchmarks, count/size benchmarks) for one replay; the figures whose
+    value was 0 are listed in every benchmark's ``zero_figures``."""
+    with collecting_zeros() as zeros:
+        times, counts = _replay_suites(res, metadata)
+    return with_zeros(times, zeros), with_zeros(counts, zeros)
+
+
+def _replay_suites(res: ReplayResult, metadata: dict) -> tuple[list, list]:
     md = dict(metadata)
     md.update({
         "token_hit_rate": round(res.hit_rate, 9),
@@ -217,6 +332,24 @@ def replay_suites(res: ReplayResult, metadata: dict) -> tuple[list, list]:
         counts += [_one_shot(f"{which}-phase-switches", "integer", float(sw.mean()), md)
                    for which, sw in zip(("match", "insert"), res.phase_switches) if len(sw)]
     return [b for b in times if b], [b for b in counts if b]
+
+
+def figure_benchmarks(figures: dict, metadata: dict, prefix: str = "") -> list:
+    """``{schema name: value}`` (:func:`schema.from_json`) as benchmarks in each figure's
+    pyperf unit, named ``PREFIX-name`` when a prefix is given; zeros listed."""
+    keep, zeros = schema.split_zeros(figures)
+    full = (lambda n: f"{prefix}-{n}") if prefix else (lambda n: n)
+    benches = [value_runs(full(n), schema.figure(n).pyperf_unit, [v], metadata)
+               for n, v in keep.items()]
+    return with_zeros([b for b in benches if b], [full(z) for z in zeros])
+
+
+def describe_benchmarks(facts: dict, options: dict) -> list:
+    """``workload describe``'s figures (``workload-*``) as one suite's benchmarks."""
+    md = run_metadata("none", None, str(facts.get("workload", "?")), {"workload_options":
+                                                                      options})
+    md["command"] = "describe"
+    return figure_benchmarks(schema.from_json(facts), md)
 
 
 def counts_path(out: str) -> str:

@@ -329,8 +329,16 @@ def run_recover(spec: RecoverSpec, output: str | None = None, quiet: bool = True
 
 
 def _write(output: str, spec: RecoverSpec, ref: dict, runs: list) -> None:
-    from prefixbench.harness.pyperf_io import (_one_shot, counts_path, run_metadata,
-                                               value_runs, write_suite)
+    from prefixbench.harness.pyperf_io import counts_path, write_suite
+    times, counts = recover_benchmarks(spec, ref, runs)
+    write_suite(output, times)
+    write_suite(counts_path(output), counts)
+
+
+def recover_benchmarks(spec: RecoverSpec, ref: dict, runs: list) -> tuple[list, list]:
+    """(time, count) benchmarks of a recovery: every repeat's value kept, zeros listed."""
+    from prefixbench.harness.pyperf_io import (_one_shot, collecting_zeros, run_metadata,
+                                               value_runs, with_zeros)
     res = runs[0]
     rec = res["recovery"]
     config = {"entries": spec.entries, "strategy_options": spec.strategy_options,
@@ -340,77 +348,41 @@ def _write(output: str, spec: RecoverSpec, ref: dict, runs: list) -> None:
     md.update({"recovery_source": rec["source"], "unique_block_entries": spec.entries,
                "hit_rate_equal": int(res["same_answers"])})
     md["recoveries"] = len(runs)
+    md.update({"build_seconds": round(ref["build_s"], 3), "build_copies": ref["copies"],
+               "build_requests": ref["requests"], "probe_tokens": ref["probe_tokens"],
+               "probe_hit_tokens_after": res["hit_tokens_after"]})
 
     def each(get):
         return [get(r) for r in runs]
-    times = [
-        value_runs("recovery-total", "second", each(lambda r: r["first_match_s"]), md),
-        value_runs("recovery-process-start-to-first-match", "second",
-                   each(lambda r: r["process_wall_s"]), md),
-        value_runs("recovery-plugin-registry", "second",
-                   each(lambda r: r.get("registry_s", 0)), md),
-        value_runs("recovery-engine-open", "second", each(lambda r: r["open_s"]), md),
-        value_runs("recovery-first-match", "second", each(lambda r: r.get("match_s", 0)), md),
-        value_runs("recovery-init", "second", each(lambda r: r["recovery"].get("init_s", 0)), md),
-        value_runs("recovery-load", "second", each(lambda r: r["recovery"]["load_s"]), md),
-        value_runs("recovery-deserialize", "second",
-                   each(lambda r: r["recovery"]["deserialize_s"]), md),
-        value_runs("recovery-rebuild", "second", each(lambda r: r["recovery"]["rebuild_s"]), md),
-        value_runs("recovery-index", "second", each(lambda r: _index_s(r["recovery"])), md),
-        _one_shot("snapshot-write", "second", ref["snapshot_s"], md),
-    ]
-    st = res["stats_after"]
-    counts = [
-        _one_shot("snapshot-bytes", "byte", rec["snapshot_bytes"], md),
-        _one_shot("peak-rss", "byte", res["peak_rss_bytes"], md),
-        _one_shot("unique-block-entries", "integer", spec.entries, md),
-        _one_shot("index-entries", "integer", st.get("entries", 0), md),
-        _one_shot("index-memory-bytes", "byte", st.get("memory_bytes", 0), md),
-        _one_shot("probe-hit-tokens-before", "integer", ref["hit_tokens"], md),
-    ]
-    write_suite(output, [b for b in times if b])
-    write_suite(counts_path(output), [b for b in counts if b])
+    with collecting_zeros() as zeros:
+        times = [
+            value_runs("recovery-total", "second", each(lambda r: r["first_match_s"]), md),
+            value_runs("recovery-process-start-to-first-match", "second",
+                       each(lambda r: r["process_wall_s"]), md),
+            value_runs("recovery-plugin-registry", "second",
+                       each(lambda r: r.get("registry_s", 0)), md),
+            value_runs("recovery-engine-open", "second", each(lambda r: r["open_s"]), md),
+            value_runs("recovery-first-match", "second", each(lambda r: r.get("match_s", 0)), md),
+            value_runs("recovery-init", "second", each(lambda r: r["recovery"].get("init_s", 0)), md),
+            value_runs("recovery-load", "second", each(lambda r: r["recovery"]["load_s"]), md),
+            value_runs("recovery-deserialize", "second",
+                       each(lambda r: r["recovery"]["deserialize_s"]), md),
+            value_runs("recovery-rebuild", "second", each(lambda r: r["recovery"]["rebuild_s"]), md),
+            value_runs("recovery-index", "second", each(lambda r: _index_s(r["recovery"])), md),
+            _one_shot("snapshot-write", "second", ref["snapshot_s"], md),
+        ]
+        st = res["stats_after"]
+        counts = [
+            _one_shot("snapshot-bytes", "byte", rec["snapshot_bytes"], md),
+            _one_shot("peak-rss", "byte", res["peak_rss_bytes"], md),
+            _one_shot("unique-block-entries", "integer", spec.entries, md),
+            _one_shot("index-entries", "integer", st.get("entries", 0), md),
+            _one_shot("index-memory-bytes", "byte", st.get("memory_bytes", 0), md),
+            _one_shot("probe-hit-tokens-before", "integer", ref["hit_tokens"], md),
+        ]
+    return (with_zeros([b for b in times if b], zeros),
+            with_zeros([b for b in counts if b], zeros))
 
 
 def _index_s(rec: dict) -> float:
     return rec["load_s"] + rec.get("init_s", 0) + rec["deserialize_s"] + rec["rebuild_s"]
-
-
-def format_result(result: dict) -> str:
-    spec, ref, res = result["spec"], result["reference"], result["recovered"]
-    rec = res["recovery"]
-    st = res["stats_after"]
-    rows = [
-        ("strategy / engine", f"{spec.strategy} / {spec.engine or '-'}"),
-        ("unique block entries", f"{spec.entries:,} ({ref['copies']} copies of {spec.workload}, "
-                                 f"{ref['requests']:,} requests)"),
-        ("build", f"{ref['build_s']:.2f} s; snapshot written in {ref['snapshot_s']:.3f} s"),
-        ("snapshot bytes", f"{rec['snapshot_bytes']:,}"),
-        ("recovery source", rec["source"]),
-        ("plugin registry (imports)", f"{res.get('registry_s', 0):.4f} s"),
-        ("engine open", f"{res['open_s']:.4f} s"),
-        ("load / init / deserialize / rebuild", f"{rec['load_s']:.4f} / "
-                                                f"{rec.get('init_s', 0):.4f} / "
-                                                f"{rec['deserialize_s']:.4f} / "
-                                                f"{rec['rebuild_s']:.4f} s"),
-        ("first match", f"{res.get('match_s', 0):.4f} s"),
-        ("first served match", f"{res['first_match_s']:.4f} s after the child's start "
-                               f"({res['process_wall_s']:.3f} s wall incl. interpreter, "
-                               f"all probes)"),
-        ("index recovery", f"{_index_s(rec):.4f} s (load + init + deserialize + rebuild)"),
-        ("in-memory entries / bytes", f"{st.get('entries', 0):,} / "
-                                      f"{st.get('memory_bytes', 0):,}"),
-        ("peak RSS", f"{res['peak_rss_bytes'] / 2**20:,.1f} MiB"),
-        ("probe hit rate before / after", f"{ref['hit_tokens'] / max(ref['probe_tokens'], 1):.6f} / "
-                                          f"{res['hit_tokens_after'] / max(ref['probe_tokens'], 1):.6f}"
-                                          f" ({'equal' if res['same_answers'] else 'DIFFERENT'})"),
-    ]
-    runs = result.get("runs") or [res]
-    if len(runs) > 1:
-        fm = sorted(r["first_match_s"] for r in runs)
-        ix = sorted(_index_s(r["recovery"]) for r in runs)
-        rows.append(("recoveries (median shown)",
-                     f"{len(runs)}: first served match min {fm[0]:.4f} / max {fm[-1]:.4f} s; "
-                     f"index recovery min {ix[0]:.4f} / max {ix[-1]:.4f} s"))
-    w = max(len(k) for k, _ in rows)
-    return "\n".join(f"{k:>{w}}  {v}" for k, v in rows)

@@ -44,6 +44,11 @@ def add_commands(sub, commands: dict) -> None:
         cmp.add_argument("--html", metavar="OUT.html", help="two results side by side as HTML")
         cmp.add_argument("--fail-above", metavar="P%", help="exit 1 naming every figure that "
                          "regressed by more than P%% with significance")
+    p = sub.add_parser("show", help="print the table the command behind a result printed",
+                       description="Print the table run, scale, recover, crashtest or "
+                       "workload describe printed when it wrote RESULT.json, from the file.")
+    p.add_argument("result", metavar="RESULT.json", help="a result file (either of a pair)")
+    commands["show"] = cmd_show
     old = commands.get("compare")
     old = getattr(old, "plain_compare", old)       # build_parser may run more than once
 
@@ -175,6 +180,25 @@ def cmd_plot(args, quiet=False, **_):
     if not quiet:
         print(f"wrote {out}")
     return 0
+
+
+def cmd_show(args, quiet=False, **_):
+    from prefixbench.reports import results, show
+    print(show.render(results.load(args.result)))
+    return 0
+
+
+def table_of(output: str | None, *benchmark_lists) -> str:
+    """The table of what a command just wrote: read back from ``output`` when it wrote
+    one (so it is exactly what ``show`` prints), else from the benchmarks in memory."""
+    import pyperf
+
+    from prefixbench.reports import results, show
+    if output and os.path.isfile(output):
+        return show.render(results.load(output))
+    suites = [(output or "(not written)", pyperf.BenchmarkSuite(b))
+              for b in benchmark_lists if b]
+    return show.render(results.from_suites(output or "(not written)", suites))
 
 
 def parse_percent(text: str) -> float:

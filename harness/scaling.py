@@ -20,7 +20,6 @@ from prefixbench.errors import ConfigError
 from prefixbench.harness.progress import progress
 from prefixbench.harness.replay import ReplayResult
 from prefixbench.registry import get_registry
-from prefixbench.reports.tables import fmt_seconds, format_table
 
 
 def parse_thread_list(text: str) -> list[int]:
@@ -41,41 +40,6 @@ def scale(spec: RunSpec, thread_counts: list[int], quiet: bool) -> list[tuple[in
         bar.update(1)
     bar.close()
     return rows
-
-
-def karp_flatt(speedup: float, p: float) -> float:
-    """Measured serial fraction ``e = (1/s - 1/p) / (1 - 1/p)`` of a speedup ``s`` at
-    ``p`` times the threads (Karp-Flatt); ``1/e`` is the Amdahl bound it implies.
-    NaN for ``p <= 1`` or no speedup; e <= 0 means no serial part was measurable."""
-    if p <= 1 or not speedup or speedup != speedup:
-        return float("nan")
-    return (1 / speedup - 1 / p) / (1 - 1 / p)
-
-
-def amdahl_text(e: float) -> str:
-    """``1/e`` as a speedup bound, for tables."""
-    if e != e:
-        return "-"
-    return "unbounded" if e <= 0 else f"{1 / e:.2f}x"
-
-
-def format_scale(rows: list[tuple[int, ReplayResult]]) -> str:
-    base = rows[0][1].throughput or 1.0
-    n0 = rows[0][0]
-    table = []
-    for n, r in rows:
-        s = r.throughput / base
-        e = karp_flatt(s, n / n0)
-        table.append((n, f"{r.throughput:,.0f}", f"{s:.2f}x",
-                      "-" if e != e else f"{e:.3f}", amdahl_text(e),
-                      fmt_seconds(r.latency("match")), fmt_seconds(r.latency("match", 99)),
-                      fmt_seconds(r.latency("insert")), fmt_seconds(r.latency("insert", 99)),
-                      f"{r.hit_rate:.4%}", r.false_hits))
-    return (format_table(("threads", "requests/s", f"vs {n0} thr", "serial frac",
-                          "Amdahl bound", "match mean", "match p99", "insert mean",
-                          "insert p99", "hit rate", "false hits"), table)
-            + f"\nserial frac: Karp-Flatt e = (1/s - 1/p) / (1 - 1/p), s the speedup over "
-              f"{n0} thread{'s' if n0 > 1 else ''} at p times as many; Amdahl bound: 1/e.")
 
 
 def gil_free_calls(result: ReplayResult, calls: frozenset) -> dict:
@@ -117,12 +81,6 @@ def gil_statement(spec: RunSpec, result: ReplayResult) -> str:
                          kind(c["write_batches"], "write batches", "write"))))
 
 
-def format_gil(spec: RunSpec, rows: list[tuple[int, ReplayResult]]) -> str:
-    lines = ["without the GIL (Python glue between these parts always holds it):"]
-    lines += [f"  {n} thr: {gil_statement(spec, r)}" for n, r in rows]
-    return "\n".join(lines)
-
-
 def scale_suites(rows, metadata: dict, spec: RunSpec | None = None) -> tuple[list, list]:
     """Benchmarks named ``threads-N-<figure>`` so two scale runs compare by name."""
     times, counts = [], []
@@ -133,7 +91,6 @@ def scale_suites(rows, metadata: dict, spec: RunSpec | None = None) -> tuple[lis
             md["gil_free"] = gil_statement(spec, r)
         t, c = pyperf_io.replay_suites(r, md)
         for b in t + c:
-            (times if b in t else counts).append(
-                pyperf_io.renamed(b, f"threads-{n}-{b.get_name()}"))
+            (times if b in t else counts).append(pyperf_io.prefixed(b, f"threads-{n}"))
     return times, counts
 

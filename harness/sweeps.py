@@ -1335,7 +1335,7 @@ def _safe_div(a: float, b: float) -> float:
 
 
 def _threads_table(res: SweepResult) -> str:
-    from prefixbench.harness.scaling import amdahl_text, karp_flatt
+    from prefixbench.reports.show import amdahl_text, karp_flatt
     cfg = res.config
     base = cfg.threads[0]
     header = ["strategy"] + [f"req/s @{t}" for t in cfg.threads]
@@ -1374,7 +1374,7 @@ _SWEEP_COUNTS = (
     ("false-hits", "integer", lambda r: r.result.false_hits),
     ("indexed-blocks", "integer", lambda r: r.indexed_blocks),
     ("memory-bytes", "byte", lambda r: r.memory_bytes),
-    ("memory-bytes-per-indexed-block", "integer", lambda r: r.memory_bytes_per_block),
+    ("memory-bytes-per-indexed-block", "byte", lambda r: r.memory_bytes_per_block),
     ("engine-cache-bytes", "byte", lambda r: r.engine_cache_bytes or 0),
 )
 #: space sweep only: ratios to the reference, in parts per million (pyperf values are numbers)
@@ -1385,7 +1385,7 @@ _SPACE_COUNTS = (
 
 
 def _prefixed(bench, prefix: str):
-    return pyperf_io.renamed(bench, f"{prefix}-{bench.get_name()}")
+    return pyperf_io.prefixed(bench, prefix)
 
 
 def _scalar_metadata(d: dict) -> dict:
@@ -1445,8 +1445,9 @@ def _suites(res: SweepResult) -> tuple[list, list]:
         if r.engine_cache_bytes is not None:
             md["cache_bytes"] = r.engine_cache_bytes
         t, c = pyperf_io.replay_suites(r.result, md)
-        times += [_prefixed(b, label) for b in t]
+        t = [_prefixed(b, label) for b in t]
         c = [_prefixed(b, label) for b in c]
+        zeros = []
         have = {b.get_name() for b in c}
         for name, unit, f in _SWEEP_COUNTS:
             full = f"{label}-{name}"
@@ -1454,12 +1455,17 @@ def _suites(res: SweepResult) -> tuple[list, list]:
                 b = pyperf_io._one_shot(full, unit, f(r), md)
                 if b is not None:
                     c.append(b)
+                elif f(r) == 0 and name != "engine-cache-bytes":   # no engine: not a 0
+                    zeros.append(full)
         if cfg.kind == "space":
             for name, unit, f in _SPACE_COUNTS:
                 b = pyperf_io._one_shot(f"{label}-{name}", unit, f(res, r), md)
                 if b is not None:
                     c.append(b)
-        counts += c
+                elif f(res, r) == 0:
+                    zeros.append(f"{label}-{name}")
+        times += pyperf_io.with_zeros(t, zeros)
+        counts += pyperf_io.with_zeros(c, zeros)
     times, counts = _merge(times), _merge(counts)
     if res.sizing is not None:
         md = pyperf_io.run_metadata("ssd-blockhash", cfg.engine, cfg.workload,

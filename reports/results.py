@@ -9,7 +9,8 @@ wrote (no prefixbench metadata), an unknown schema version.
 The command behind a result (its *kind*) comes from the metadata and the
 names: ``sweep-<kind>`` from ``sweep``, ``recover`` (``recovery-*``),
 ``payload`` (workload ``payload-restore``), ``placement`` (``placement-*``),
-``scale`` (``threads-N-*`` without a setting), otherwise ``run``.
+``scale`` (``threads-N-*`` without a setting), ``crashtest`` and ``describe``
+(metadata ``command``), otherwise ``run``.
 """
 from __future__ import annotations
 
@@ -120,6 +121,8 @@ class Result:
 
 
 def _kind(md: dict, names: list, readings: list) -> str:
+    if md.get("command") in ("crashtest", "describe"):
+        return md["command"]
     if md.get("sweep"):
         return f"sweep-{md['sweep']}"
     if any(n.startswith("recovery-") for n in names):
@@ -136,9 +139,15 @@ def _kind(md: dict, names: list, readings: list) -> str:
 def load(path: str) -> Result:
     """A result from one of its files (see the module docstring for the errors)."""
     files = pair(path)
+    return from_suites(path, [(f, load_suite(f)) for f in files])
+
+
+def from_suites(path: str, suites: list) -> Result:
+    """A result from ``(file name, loaded suite)`` pairs: files, or suites a command
+    built in memory (``path`` then names the command's output, or none)."""
+    files = [f for f, _ in suites]
     readings, metadata, names = [], {}, []
-    for f in files:
-        suite = load_suite(f)
+    for f, suite in suites:
         try:
             readings += schema.readings(suite)
         except SchemaError as e:

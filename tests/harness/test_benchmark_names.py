@@ -76,7 +76,8 @@ def _unit(name: str, suite: str) -> str:
     """The unit each figure must carry: seconds in OUT.json; sizes in bytes; counts."""
     if suite == "times":
         return "second"
-    if name.endswith("-bytes") or name == "peak-rss" or name.startswith("bytes-read-"):
+    if name.endswith(("-bytes", "-bytes-per-indexed-block")) or name == "peak-rss" \
+            or name.startswith("bytes-read-"):
         return "byte"
     return "integer"
 

@@ -393,7 +393,7 @@ def test_repeats_and_threads_side_by_side():
 
 
 def test_karp_flatt():
-    from prefixbench.harness.scaling import amdahl_text, karp_flatt
+    from prefixbench.reports.show import amdahl_text, karp_flatt
     assert karp_flatt(1.6, 2) == pytest.approx(0.25)
     assert amdahl_text(karp_flatt(1.6, 2)) == "4.00x"
     assert karp_flatt(2.0, 2) == pytest.approx(0.0) and amdahl_text(0.0) == "unbounded"

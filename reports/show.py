@@ -1,0 +1,234 @@
+"""The tables commands print, rendered from their result suites only.
+
+``run``, ``scale``, ``recover``, ``crashtest`` and ``workload describe``
+print through :func:`render` from the suites they just wrote (or built in
+memory, without ``-o``), and ``prefixbench show RESULT.json`` renders the same
+table from the file, so the two cannot drift.  A figure measured in several
+runs shows the median with the min-max; a figure the suite lists as zero
+shows 0; one the suite lacks shows ``-``.
+"""
+from __future__ import annotations
+
+from prefixbench.reports.tables import fmt_bytes, fmt_seconds, format_table
+from prefixbench.schema import SchemaError
+
+
+def karp_flatt(speedup: float, p: float) -> float:
+    """Measured serial fraction ``e = (1/s - 1/p) / (1 - 1/p)`` of a speedup ``s`` at
+    ``p`` times the threads (Karp-Flatt); ``1/e`` is the Amdahl bound it implies.
+    NaN for ``p <= 1`` or no speedup; e <= 0 means no serial part was measurable."""
+    if p <= 1 or not speedup or speedup != speedup:
+        return float("nan")
+    return (1 / speedup - 1 / p) / (1 - 1 / p)
+
+
+def amdahl_text(e: float) -> str:
+    """``1/e`` as a speedup bound, for tables."""
+    if e != e:
+        return "-"
+    return "unbounded" if e <= 0 else f"{1 / e:.2f}x"
+
+
+def cell(reading, fmt) -> str:
+    """A reading as ``median (min-max)``, or its one value; ``-`` without a reading."""
+    if reading is None:
+        return "-"
+    if reading.runs > 1 and reading.low != reading.high:
+        return f"{fmt(reading.median)} ({fmt(reading.low)}-{fmt(reading.high)})"
+    return fmt(reading.median)
+
+
+def _int(v) -> str:
+    return f"{v:,.0f}"
+
+
+def _pct4(v) -> str:
+    return f"{v:.4%}"
+
+
+def _latencies(res, which: str, threads=None) -> str:
+    return " / ".join(cell(res.get(f"{which}-latency-{q}", None, threads), fmt_seconds)
+                      for q in ("mean", "p50", "p99", "p999"))
+
+
+def format_run(res) -> str:
+    """``prefixbench run``: the figures of one replay as a two-column table."""
+    md = res.first()
+    engine = md.get("engine", "none")
+    g = res.get
+    amp = g("space-amplification")
+    rows = [
+        ("strategy / engine / workload", f"{md.get('strategy', '?')} / "
+         f"{'-' if engine == 'none' else engine} / {md.get('workload', '?')}"),
+        ("requests", cell(g("requests"), _int)),
+        ("throughput", cell(g("request-throughput"), _int) + " requests/s (match+insert time)"),
+        ("match latency mean / p50 / p99 / p999", _latencies(res, "match")),
+        ("insert latency mean / p50 / p99 / p999", _latencies(res, "insert")),
+        ("token hit rate", f"{cell(g('token-hit-rate'), _pct4)} (oracle "
+         f"{cell(g('oracle-hit-rate'), _pct4)}, loss {cell(g('hit-rate-loss'), _pct4)} "
+         f"of oracle hits)"),
+        ("false hits", cell(g("false-hits"), _int)),
+        ("store reads per match", cell(g("store-reads-per-match"), lambda v: f"{v:.2f}")),
+        ("store bytes on disk (data / engine log)",
+         f"{cell(g('store-bytes'), fmt_bytes)} / {cell(g('store-log-bytes'), fmt_bytes)}"),
+        ("logical bytes stored / space amplification",
+         f"{cell(g('store-logical-bytes'), fmt_bytes)} / "
+         f"{cell(amp, lambda v: f'{v:.2f}x')}"),
+        ("index memory", cell(g("index-memory-bytes"), fmt_bytes)),
+    ]
+    if g("match-latency-warm") is not None:
+        rows.append(("warmed match latency (pyperf runner)",
+                     cell(g("match-latency-warm"), fmt_seconds)))
+    rows.append(("gc", str(md.get("gc", "-"))))
+    return format_table(("figure", "value"), rows)
+
+
+def format_scale(res) -> str:
+    """``prefixbench scale``: throughput per thread count against the first."""
+    counts = res.threads()
+    n0 = counts[0]
+    base = res.get("request-throughput", None, n0)
+    base = base.median if base is not None and base.median else 1.0
+    table = []
+    for n in counts:
+        tp = res.get("request-throughput", None, n)
+        s = (tp.median if tp is not None else 0.0) / base
+        e = karp_flatt(s, n / n0)
+        table.append((n, cell(tp, _int), f"{s:.2f}x", "-" if e != e else f"{e:.3f}",
+                      amdahl_text(e),
+                      cell(res.get("match-latency-mean", None, n), fmt_seconds),
+                      cell(res.get("match-latency-p99", None, n), fmt_seconds),
+                      cell(res.get("insert-latency-mean", None, n), fmt_seconds),
+                      cell(res.get("insert-latency-p99", None, n), fmt_seconds),
+                      cell(res.get("token-hit-rate", None, n), _pct4),
+                      cell(res.get("false-hits", None, n), _int)))
+    out = (format_table(("threads", "requests/s", f"vs {n0} thr", "serial frac",
+                         "Amdahl bound", "match mean", "match p99", "insert mean",
+                         "insert p99", "hit rate", "false hits"), table)
+           + f"\nserial frac: Karp-Flatt e = (1/s - 1/p) / (1 - 1/p), s the speedup over "
+             f"{n0} thread{'s' if n0 > 1 else ''} at p times as many; Amdahl bound: 1/e.")
+    gil = [(n, res.md(None, n).get("gil_free")) for n in counts]
+    if any(g for _, g in gil):
+        out += "\nwithout the GIL (Python glue between these parts always holds it):\n"
+        out += "\n".join(f"  {n} thr: {g or '-'}" for n, g in gil)
+    return out
+
+
+def _s4(v) -> str:
+    return f"{v:.4f}"
+
+
+def format_recover(res) -> str:
+    """``prefixbench recover``: the recovery split by phase (median, min-max of repeats)."""
+    md, g = res.first(), res.get
+    eng = md.get("engine", "none")
+    entries = g("unique-block-entries")
+    build = md.get("build_seconds")
+    probe = md.get("probe_tokens")
+    before = g("probe-hit-tokens-before")
+
+    def rate(v):
+        return f"{v / max(probe, 1):.6f}" if isinstance(probe, (int, float)) else "-"
+    rows = [
+        ("strategy / engine", f"{md.get('strategy', '?')} / {'-' if eng == 'none' else eng}"),
+        ("unique block entries", f"{cell(entries, _int)} ({md.get('build_copies', '?')} copies "
+         f"of {md.get('workload', '?')}, {_int(md.get('build_requests', 0))} requests)"),
+        ("build", (f"{build:.2f} s" if isinstance(build, (int, float)) else "-")
+         + f"; snapshot written in {cell(g('snapshot-write'), lambda v: f'{v:.3f}')} s"),
+        ("snapshot bytes", cell(g("snapshot-bytes"), _int)),
+        ("recovery source", str(md.get("recovery_source", "-"))),
+        ("plugin registry (imports)", cell(g("recovery-plugin-registry"), _s4) + " s"),
+        ("engine open", cell(g("recovery-engine-open"), _s4) + " s"),
+        ("load / init / deserialize / rebuild", " / ".join(
+            cell(g(f"recovery-{p}"), _s4) for p in ("load", "init", "deserialize", "rebuild"))
+         + " s"),
+        ("first match", cell(g("recovery-first-match"), _s4) + " s"),
+        ("first served match", f"{cell(g('recovery-total'), _s4)} s after the child's start "
+         f"({cell(g('recovery-process-start-to-first-match'), lambda v: f'{v:.3f}')} s wall "
+         f"incl. interpreter, all probes)"),
+        ("index recovery", f"{cell(g('recovery-index'), _s4)} s (load + init + deserialize "
+         f"+ rebuild)"),
+        ("in-memory entries / bytes", f"{cell(g('index-entries'), _int)} / "
+         f"{cell(g('index-memory-bytes'), _int)}"),
+        ("peak RSS", cell(g("peak-rss"), lambda v: f"{v / 2**20:,.1f} MiB")),
+        ("probe hit rate before / after",
+         f"{rate(before.median) if before else '-'} / "
+         f"{rate(md['probe_hit_tokens_after']) if 'probe_hit_tokens_after' in md else '-'}"
+         f" ({'equal' if md.get('hit_rate_equal') else 'DIFFERENT'})"),
+    ]
+    n = int(md.get("recoveries", 1) or 1)
+    if n > 1:
+        rows.append(("recoveries (median shown)", f"{n}, each cell the median (min-max)"))
+    w = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:>{w}}  {v}" for k, v in rows)
+
+
+def format_crashtest(res) -> str:
+    """``prefixbench crashtest``: one row per engine and strategy."""
+    head = ("engine", "strategy", "kill points", "killed", "acked inserts", "blocks checked",
+            "lost", "false matches", "recovery failures", "failing seeds", "kill-at reached")
+    rows = []
+    for s in res.settings():
+        md = res.md(s)
+        vals = [cell(res.get(f"crash-{n}", s), _int) for n in (
+            "kill-points", "killed", "acked-inserts", "blocks-checked", "lost-inserts",
+            "false-matches", "recovery-failures")]
+        seeds = str(md.get("failing_seeds", "-")).split(",")
+        rows.append((md.get("engine", "?"), md.get("strategy", "?"), *vals,
+                     ",".join(seeds[:10]) or "-", str(md.get("kill_at", "-"))))
+    return format_table(head, rows)
+
+
+#: ``workload describe``'s rows: (figure, label, format)
+DESCRIBE_ROWS = (
+    ("workload-block-size", "block size (tokens)", "d"),
+    ("workload-sessions", "sessions", "d"),
+    ("workload-turns", "turns", "d"),
+    ("workload-requests", "requests", "d"),
+    ("workload-prompt-tokens", "prompt tokens", "d"),
+    ("workload-inserted-tokens", "inserted tokens (full blocks)", "d"),
+    ("workload-unique-blocks", "unique blocks", "d"),
+    ("workload-mean-prompt-tokens", "mean prompt tokens", ".1f"),
+    ("workload-exact-hit-rate", "token hit rate, exact, infinite cache", "%"),
+    ("workload-span-blocks", "span length (blocks)", "d"),
+    ("workload-spans", "spans (256 tokens, at least 1 block)", "d"),
+    ("span-share-gt3", "spans with > 3 alternatives", "%"),
+    ("workload-span-alternatives-mean", "mean alternatives per span", ".2f"),
+    ("workload-routing-observations", "routing observations", "d"),
+    ("workload-candidates-per-routing-entry", "candidates per routing entry (proxy)", ".2f"),
+    ("workload-next-block-observations", "Fig. 3 observations (top 10%)", "d"),
+    ("workload-next-block-rule-out", "candidates ruled out by the next block", "%"),
+)
+
+
+def format_describe(res) -> str:
+    """``workload describe``: a workload's characteristics, two columns (n/a: not measured)."""
+    rows = [("workload", str(res.first().get("workload", "?")))]
+    for name, label, fmt in DESCRIBE_ROWS:
+        r = res.get(name)
+        if r is None:
+            text = "n/a"
+        elif fmt == "%":
+            text = f"{100 * r.median:.2f}%"
+        elif fmt == "d":
+            text = f"{r.median:,.0f}"
+        else:
+            text = format(r.median, fmt)
+        rows.append((label, text))
+    width = max(len(label) for label, _ in rows)
+    return "\n".join(f"{label:<{width}}  {text:>14}" for label, text in rows)
+
+
+#: result kind -> its table
+FORMATTERS = {"run": format_run, "scale": format_scale, "recover": format_recover,
+              "crashtest": format_crashtest, "describe": format_describe}
+
+
+def render(res) -> str:
+    """The table the command behind ``res`` printed, or one line naming what is missing."""
+    f = FORMATTERS.get(res.kind)
+    if f is None:
+        raise SchemaError(f"{res.path}: show cannot print a {res.kind} result yet (it prints "
+                          f"{', '.join(sorted(FORMATTERS))}); `prefixbench report` draws it")
+    return f(res)
+
