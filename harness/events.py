@@ -484,8 +484,10 @@ def _lookup_requests(path: str, scheme_name: str | None, hash_options: dict, blo
 
 
 def replay_events(strategy, workload: KvEventsWorkload, *, oracle=None, check_hashes: bool = True,
-                  progress=None, meta_size: int = 16) -> EventReplayResult:
-    """Apply a capture to ``strategy`` (and ``oracle``, when given); see the module docstring."""
+                  progress=None, meta_size: int = 16, clock=time.perf_counter) -> EventReplayResult:
+    """Apply a capture to ``strategy`` (and ``oracle``, when given); see the module docstring.
+    ``clock`` times decoding and index work (``time.process_time`` counts this process's
+    CPU only, for a machine shared with other work)."""
     res = EventReplayResult(getattr(strategy, "name", "?"), workload.path)
     stats = DecodeStats()
     mem = ChainMemory(workload.parent_memory)
@@ -511,10 +513,11 @@ def replay_events(strategy, workload: KvEventsWorkload, *, oracle=None, check_ha
             res.trace_oracle_hit_tokens = 0
     workers_seen: set = set()
     bs = workload.block_size
-    perf = time.perf_counter
+    perf = clock
     it = workload.batches(stats)
-    n_op = 0
-    wall0 = perf()
+    n_op = n_lookups = lookup_blocks = hit_blocks = ancestor_blocks = misses = 0
+    mem_store, match, insert = mem.store, strategy.match, strategy.insert
+    wall0 = time.perf_counter()
 
     def run_lookups(upto: float | None):
         nonlocal ti
@@ -547,62 +550,65 @@ def replay_events(strategy, workload: KvEventsWorkload, *, oracle=None, check_ha
         for op in ops:
             n_op += 1
             w = op.worker
-            workers_seen.add(w)
-            iw = w if w < max_w else 0
-            if w >= max_w:
-                res.workers_folded = True
-            if isinstance(op, StoreOp):
+            kind = type(op)
+            if w not in workers_seen:
+                workers_seen.add(w)
+                if w >= max_w:
+                    res.workers_folded = True
+            per_worker = max_w > 1 and w < max_w
+            if kind is StoreOp:
                 if hcheck is not None:
                     hcheck.check(op, bs, res)
-                chain, n_anc = mem.store(op)
-                m = strategy.match(chain)
-                res.lookups += 1
-                res.lookup_blocks += len(chain)
-                res.hit_blocks += m.n_blocks
-                res.ancestor_blocks += n_anc
-                if m.n_blocks < n_anc:
-                    res.consistency_misses += 1
+                chain, n_anc = mem_store(op)
+                n = len(chain)
+                hit = match(chain).n_blocks
+                n_lookups += 1
+                lookup_blocks += n
+                hit_blocks += hit
+                ancestor_blocks += n_anc
+                if hit < n_anc:
+                    misses += 1
                 if meta_size == 16:                       # make_metas, inlined
-                    words = np.empty((len(chain), 2), dtype=np.uint64)
+                    words = np.empty((n, 2), dtype=np.uint64)
                     np.bitwise_xor(chain, META_MAGIC, out=words[:, 0])
                     words[:, 1] = n_op
                     metas = words.view(np.uint8)
                 else:
                     metas = make_metas(chain, n_op, meta_size)
-                if max_w > 1:
-                    strategy.insert(chain, metas, worker=iw)
+                if per_worker:
+                    insert(chain, metas, worker=w)
                 else:
-                    strategy.insert(chain, metas)
+                    insert(chain, metas)
                 if oracle is not None:
                     res.oracle_hit_blocks += oracle.match(chain).n_blocks
                     oracle.insert(chain, metas, worker=min(w, oracle.max_workers - 1))
-            elif isinstance(op, RemoveOp):
+            elif kind is RemoveOp:
                 gone = mem.remove(op)
-                if can_remove:
-                    if max_w > w:
-                        strategy.remove(op.block_hashes, worker=w)
-                    elif len(gone):
-                        strategy.remove(gone)
-                else:
+                if not can_remove:
                     res.removes_ignored += 1
+                elif per_worker:
+                    strategy.remove(op.block_hashes, worker=w)
+                elif len(gone):
+                    strategy.remove(gone)           # folded: only what no worker holds
                 if oracle is not None:
                     oracle.remove(op.block_hashes, worker=min(w, oracle.max_workers - 1))
-            elif isinstance(op, ClearOp):
+            elif kind is ClearOp:
                 gone = mem.clear(op)
-                if can_remove:
-                    if max_w > w:
-                        strategy.clear(worker=w)
-                    elif len(gone):
-                        strategy.remove(gone)
-                else:
+                if not can_remove:
                     res.removes_ignored += 1
+                elif per_worker:
+                    strategy.clear(worker=w)
+                elif len(gone):
+                    strategy.remove(gone)
                 if oracle is not None:
                     oracle.clear(worker=min(w, oracle.max_workers - 1))
         res.index_s += perf() - t1
         if progress is not None:
             progress(len(ops))
     run_lookups(None)
-    res.wall_s = perf() - wall0
+    res.wall_s = time.perf_counter() - wall0
+    res.lookups, res.lookup_blocks, res.hit_blocks = n_lookups, lookup_blocks, hit_blocks
+    res.ancestor_blocks, res.consistency_misses = ancestor_blocks, misses
     for k in ("events", "batches", "stores", "removes", "clears", "blocks_stored",
               "blocks_removed", "seq_gaps", "seq_missing", "seq_duplicates", "replayed_frames"):
         setattr(res, k, getattr(stats, k))
@@ -727,6 +733,9 @@ def add_commands(sub, commands: dict) -> None:
                            help="no radix oracle shadowing the index")
         else:
             q.add_argument("--repeat", type=int, default=3, help="best of (default: %(default)s)")
+            q.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                           help="time with the wall clock, or this process's CPU time (for a "
+                           "machine shared with other work) (default: %(default)s)")
     commands["events"] = cmd_events
     h = sub.add_parser("hash", help="a block-hash scheme's ids for a token file",
                        description="Print the block ids a scheme gives a token sequence, to check "
@@ -881,13 +890,15 @@ def cmd_events(args, leftover, argv, quiet):
     for _ in range(args.repeat):
         built = _build(args, wl.block_size)
         try:
-            res = replay_events(built.strategy, wl, oracle=None, check_hashes=False)
+            res = replay_events(built.strategy, wl, oracle=None, check_hashes=False,
+                                clock=time.process_time if args.clock == "cpu" else time.perf_counter)
         finally:
             built.close()
         if best is None or res.events_per_s > best.events_per_s:
             best = res
     print(f"{best.strategy}: {best.events:,} events ({best.blocks_stored:,} blocks stored) "
-          f"from {wl.path}, batched as captured, no oracle, best of {args.repeat}")
+          f"from {wl.path}, batched as captured, no oracle, best of {args.repeat}, "
+          f"{'CPU time' if args.clock == 'cpu' else 'wall clock'}")
     print(f"  {best.events_per_s:,.0f} events/s, {best.blocks_per_s:,.0f} blocks/s; per event "
           f"{1e6 * best.decode_s / max(best.events, 1):.2f} us decoding + "
           f"{1e6 * best.index_s / max(best.events, 1):.2f} us index work")

@@ -10,11 +10,12 @@ payload]``: ``seq`` an 8-byte big-endian counter, ``payload`` one msgpack
   "token_ids", "block_size", "lora_id", "medium", "lora_name",
   "extra_keys", ...}``, ``{"type": "BlockRemoved", "block_hashes",
   "medium"}`` or ``{"type": "AllBlocksCleared"}``; unknown keys are ignored;
-* positional arrays (the older ``array_like=True`` structs, and SGLang):
-  ``[ts, [events], data_parallel_rank?]``, each event ``[tag, field, ...]`` in
-  the field order above (``["BlockStored", block_hashes, parent, token_ids,
-  block_size, lora_id, medium?, lora_name?, extra_keys?]``); trailing
-  defaulted fields may be missing.
+* positional arrays (vLLM's older ``array_like=True`` structs; SGLang 0.5.23
+  still sends its batch as ``[ts, events, attn_dp_rank]`` around tagged-map
+  events): ``[ts, [events], data_parallel_rank?]``, each event ``[tag, field,
+  ...]`` (``["BlockStored", block_hashes, parent, token_ids, block_size,
+  lora_id, medium?, cache_salt?, session_id?, lora_name?]``, SGLang's order
+  after ``medium``); trailing defaulted fields may be missing.
 
 Block hashes are unsigned 64-bit ints (vLLM with
 ``VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES``), signed int64 (SGLang; the same 64
@@ -48,6 +49,7 @@ ancestors, insert the whole chain), removes and clears left out.
 from __future__ import annotations
 
 from collections import OrderedDict
+from itertools import repeat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
@@ -99,8 +101,9 @@ class DecodeStats:
         return sum(self.unknown_types.values())
 
 
-def _ids(values, where: str, what: str):
-    """A list of published hashes as (uint64 array, bytes digests or None)."""
+def _ids(values, where, what: str):
+    """A list of published hashes as (uint64 array, bytes digests or None); ``where``
+    is formatted only for an error."""
     if type(values) is not list:
         raise TraceFormatError(f"{where}: '{what}' must be a list, got {type(values).__name__}")
     if not values:
@@ -129,7 +132,7 @@ def _ids(values, where: str, what: str):
     return out, raw
 
 
-def _parent(v, where: str):
+def _parent(v, where):
     if v is None:
         return None, None
     if type(v) is int and -(1 << 63) <= v <= MASK64:
@@ -138,6 +141,20 @@ def _parent(v, where: str):
         return int.from_bytes(v, "big") & MASK64, v
     raise TraceFormatError(f"{where}: parent_block_hash is {v!r}, not a 64-bit integer, "
                            "bytes or nil")
+
+
+class _At:
+    """``FILE: frame N event K``, formatted only when an error names it."""
+
+    __slots__ = ("where", "k")
+
+    def __init__(self, where: str, k: int):
+        self.where, self.k = where, k
+
+    def __str__(self) -> str:
+        return f"{self.where} event {self.k}"
+
+    __format__ = lambda self, spec: format(str(self), spec)  # noqa: E731
 
 
 def _tokens(v, where: str):
@@ -159,14 +176,20 @@ def _tokens(v, where: str):
     return a.astype(np.uint32)
 
 
+# positional fields after ``medium`` follow SGLang (the form's current user); vLLM's
+# ``lora_name`` and ``extra_keys`` are read from tagged maps only
 _STORED_FIELDS = ("block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id",
-                  "medium", "lora_name", "extra_keys")
+                  "medium", "cache_salt", "session_id", "lora_name")
 _REMOVED_FIELDS = ("block_hashes", "medium")
+
+
+def _positional(ev: list, names: tuple) -> dict:
+    return dict(zip(names, ev[1:]))
 
 
 def decode_batch(obj, where: str, frame: int, stats: DecodeStats, strict: bool = False) -> list:
     """One EventBatch (either form) as a list of operations."""
-    if isinstance(obj, dict):
+    if type(obj) is dict:
         ts, events, rank = obj.get("ts"), obj.get("events"), obj.get("data_parallel_rank")
     elif isinstance(obj, (list, tuple)) and len(obj) >= 2:
         ts, events = obj[0], obj[1]
@@ -175,7 +198,7 @@ def decode_batch(obj, where: str, frame: int, stats: DecodeStats, strict: bool =
         raise TraceFormatError(f"{where}: not an EventBatch (expected a map with 'ts' and "
                                f"'events' or an array [ts, events, rank?]), got "
                                f"{type(obj).__name__}")
-    if not isinstance(events, list):
+    if type(events) is not list:
         raise TraceFormatError(f"{where}: EventBatch 'events' must be a list, "
                                f"got {type(events).__name__}")
     if ts is not None and not isinstance(ts, (int, float)):
@@ -188,54 +211,63 @@ def decode_batch(obj, where: str, frame: int, stats: DecodeStats, strict: bool =
     else:
         raise TraceFormatError(f"{where}: data_parallel_rank {rank!r} is not a small "
                                "non-negative integer")
-    stats.batches += 1
     out = []
+    append = out.append
+    n_store = n_remove = n_clear = b_store = b_remove = 0
     for k, ev in enumerate(events):
-        w = f"{where} event {k}"
-        if isinstance(ev, dict):
+        if type(ev) is dict:
             kind = ev.get("type")
             get = ev.get
         elif isinstance(ev, (list, tuple)) and ev:
             kind = ev[0]
-            names = (_STORED_FIELDS if kind == "BlockStored"
-                     else _REMOVED_FIELDS if kind == "BlockRemoved" else ())
-            vals = dict(zip(names, ev[1:]))
-            get = vals.get
+            get = _positional(ev, _STORED_FIELDS if kind == "BlockStored"
+                              else _REMOVED_FIELDS if kind == "BlockRemoved" else ()).get
         else:
-            raise TraceFormatError(f"{w}: not an event (a tagged map or a [tag, ...] array), "
-                                   f"got {ev!r:.60}")
-        stats.events += 1
+            raise TraceFormatError(f"{where} event {k}: not an event (a tagged map or a "
+                                   f"[tag, ...] array), got {ev!r:.60}")
         if kind == "BlockStored":
-            hashes, raw = _ids(get("block_hashes"), w, "block_hashes")
-            parent, raw_parent = _parent(get("parent_block_hash"), w)
+            at = _At(where, k)
+            hashes, raw = _ids(get("block_hashes"), at, "block_hashes")
+            parent = get("parent_block_hash")
+            if parent is None or (type(parent) is int and 0 <= parent <= MASK64):
+                raw_parent = None
+            else:
+                parent, raw_parent = _parent(parent, at)
             toks = get("token_ids")
             if toks is not None and type(toks) is not list:
-                raise TraceFormatError(f"{w}: 'token_ids' must be a list, "
+                raise TraceFormatError(f"{at}: 'token_ids' must be a list, "
                                        f"got {type(toks).__name__}")
             bs = get("block_size") or 0
             if type(bs) is not int or bs < 0:
-                raise TraceFormatError(f"{w}: block_size {bs!r} is not a non-negative integer")
+                raise TraceFormatError(f"{at}: block_size {bs!r} is not a non-negative integer")
             extra = get("extra_keys")
-            if extra is not None and (not isinstance(extra, list) or len(extra) != len(hashes)):
-                raise TraceFormatError(f"{w}: extra_keys must be a list with one entry per block")
-            out.append(StoreOp(worker, hashes, parent, toks, bs, extra, frame, ts, raw, raw_parent))
-            stats.stores += 1
-            stats.blocks_stored += len(hashes)
+            if extra is not None and (type(extra) is not list or len(extra) != len(hashes)):
+                raise TraceFormatError(f"{at}: extra_keys must be a list with one entry per block")
+            append(StoreOp(worker, hashes, parent, toks, bs, extra, frame, ts, raw, raw_parent))
+            n_store += 1
+            b_store += len(hashes)
         elif kind == "BlockRemoved":
-            hashes, _ = _ids(get("block_hashes"), w, "block_hashes")
-            out.append(RemoveOp(worker, hashes, frame, ts))
-            stats.removes += 1
-            stats.blocks_removed += len(hashes)
+            hashes, _ = _ids(get("block_hashes"), _At(where, k), "block_hashes")
+            append(RemoveOp(worker, hashes, frame, ts))
+            n_remove += 1
+            b_remove += len(hashes)
         elif kind == "AllBlocksCleared":
-            out.append(ClearOp(worker, frame, ts))
-            stats.clears += 1
+            append(ClearOp(worker, frame, ts))
+            n_clear += 1
         else:
             name = str(kind)[:40]
             if strict:
-                raise TraceFormatError(f"{w}: unknown event type {name!r} (known: "
+                raise TraceFormatError(f"{where} event {k}: unknown event type {name!r} (known: "
                                        f"{', '.join(EVENT_TYPES)}; without --strict it is "
                                        "counted and skipped)")
             stats.unknown_types[name] = stats.unknown_types.get(name, 0) + 1
+    stats.batches += 1
+    stats.events += len(events)
+    stats.stores += n_store
+    stats.removes += n_remove
+    stats.clears += n_clear
+    stats.blocks_stored += b_store
+    stats.blocks_removed += b_remove
     return out
 
 
@@ -424,8 +456,7 @@ class ChainMemory:
             chain, n_anc = np.concatenate((anc, new)), len(anc)
         keys = new.tolist()
         where = self.where
-        for i, h in enumerate(keys, n_anc):
-            where[h] = (chain, i)
+        where.update(zip(keys, zip(repeat(chain), range(n_anc, n_anc + len(keys)))))
         live = self.live.get(op.worker)
         if live is None:
             live = self.live[op.worker] = set()
@@ -438,10 +469,7 @@ class ChainMemory:
                 if h not in where:
                     where[h] = (chain, i)
                     rem.pop(h, None)
-        live.update(keys)
-        if self.removed:
-            for h in keys:
-                self.removed.pop(h, None)
+        live.update(keys)       # a stale copy in ``removed`` is harmless: ``where`` is read first
         return chain, n_anc
 
     def _forget(self, keys) -> np.ndarray:

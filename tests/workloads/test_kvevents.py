@@ -159,3 +159,17 @@ def test_workload_options_and_closed_loop_requests(tmp_path):
         kv_events(path=p, block_hash="md5")
     with pytest.raises(ConfigError, match="no such file"):
         kv_events(path=str(tmp_path / "missing"))
+
+
+def test_sglang_shapes_positional_batch_around_maps_and_trailing_fields(tmp_path):
+    """SGLang 0.5.23: [ts, events, attn_dp_rank] with tagged-map events and signed ids;
+    an array-form event may carry cache_salt, session_id and lora_name after medium."""
+    batches = [[3.0, [{"type": "BlockStored", "block_hashes": [-5], "parent_block_hash": None,
+                       "token_ids": TOKS[:16], "block_size": 16, "lora_id": None,
+                       "medium": "GPU", "cache_salt": "s", "session_id": "abc"}], 1],
+               [4.0, [["BlockStored", [-6], -5, TOKS[:16], 16, None, "GPU", "salt", "sess",
+                       "my-lora"]]]]
+    ops, stats = decode(write_stream(tmp_path / "sg.msgpack", batches))
+    assert [o.worker for o in ops] == [1, 0]
+    assert int(ops[0].block_hashes[0]) == (1 << 64) - 5 and ops[1].parent == (1 << 64) - 5
+    assert ops[1].extra_keys is None and stats.unknown_events == 0
