@@ -14,11 +14,9 @@ Each test prints its count of fault points (``pytest -s``);
 ``PREFIXBENCH_LONG=1`` makes the runs longer.
 """
 import os
-import pathlib
 import random
 import shutil
 import subprocess
-import tempfile
 import warnings
 
 import pytest
@@ -29,7 +27,7 @@ from prefixbench.engines.packfile import PackfileStore
 from prefixbench.errors import StoreError
 from prefixbench.registry import get_registry
 
-LONG = os.environ.get("PREFIXBENCH_LONG") == "1"
+from fault_support import LONG, SHM, scratch_dir
 KiB = 1 << 10
 
 
@@ -65,21 +63,13 @@ def open_pack(d, durability, create=True):
                                                   "allow_buffered": str(d).startswith(SHM)}))
 
 
-SHM = "/dev/shm/"
-
 
 @pytest.fixture
 def scratch(tmp_path):
-    """Where the every-point loops run: tmpfs by default, the disk (O_DIRECT, a real
-    fsync per batch: minutes) with PREFIXBENCH_LONG=1."""
-    if LONG or not os.path.isdir(SHM):
-        yield tmp_path
-        return
-    d = tempfile.mkdtemp(prefix="pb-faults-", dir=SHM)
-    try:
-        yield pathlib.Path(d)
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
+    """Where the every-point loops run: tmpfs by default (every fsync free), the disk
+    (O_DIRECT, a real fsync per batch: minutes) with PREFIXBENCH_LONG=1."""
+    with scratch_dir(tmp_path) as d:
+        yield d
 
 
 def read_all(s, errors):
@@ -251,12 +241,6 @@ def test_enospc_loses_no_acknowledged_batch(small_fs, capsys, name):
     with capsys.disabled():
         print(f"\nfault points, {name} ENOSPC from a full tmpfs: 1 (after {calls - 1} "
               f"acknowledged batches)")
-
-
-@pytest.mark.parametrize("name", C_ENGINES)
-def test_enospc_error_names_the_store(small_fs, name):
-    mnt, _grow = small_fs
-    acked, failed, err, _ = fill(engine_cls(name), mnt / name)
     if not (isinstance(err, StoreError) and str(mnt / name) in str(err)):
         pytest.xfail(f"{name} lets the binding's {type(err).__name__} through on a full "
                      f"device ({str(err)[:80]!r}), not a StoreError naming the store")
