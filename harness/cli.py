@@ -762,9 +762,7 @@ def cmd_engine_bench(args, leftover, argv, quiet):
 
 def cmd_payload(args, leftover, argv, quiet):
     from prefixbench.units import parse_size
-    from prefixbench.reports.tables import format_table
     from prefixbench.harness.payload import (
-        LAYERWISE,
         _parse_objects,
         check_payload,
         rows_as_dicts,
@@ -796,36 +794,18 @@ def cmd_payload(args, leftover, argv, quiet):
                            progress=lambda r: bar.update(1), layers=args.layers,
                            warmups=warm, **sizes)
     summ = summarize(rows)
-    table = []
-    for p in paths:
-        for n in objects:
-            rs = [r for r in rows if r.path == p and r.point == str(n)]
-            t = summ["median_seconds"][p][n]
-            table.append((p, n if n != LAYERWISE else f"{LAYERWISE} ({rs[0].objects})",
-                          f"{t:.4f}", f"{summ['min_seconds'][p][n]:.4f}",
-                          f"{summ['gib_per_s'][p][n]:.2f}", int(summ["read_calls"][p][n]),
-                          int(summ["bytes_read"][p][n]), f"{summ['us_per_object'][p][n]:.1f}",
-                          summ["layer_events"][p][n] or "", rs[0].cache))
-    print(format_table(("path", "objects", "median s", "min s", "GiB/s", "read calls",
-                        "bytes read", "us/object", "layer events", "cache"), table))
-    if "stripes_spread" in summ:
-        print(f"stripes: spread across object counts {summ['stripes_spread'] * 100:.1f}% of "
-              f"medians, {summ['stripes_spread_min'] * 100:.1f}% of minimums")
-    if "stripes_spread_vs_adjacent_seq" in summ:
-        adj = summ["stripes_over_adjacent_seq"]
-        print("stripes / adjacent seq restore (median per point): "
-              + ", ".join(f"{n}: {v:.3f}" for n, v in adj.items())
-              + f"; spread {summ['stripes_spread_vs_adjacent_seq'] * 100:.1f}%")
-    if "stripes_vs_seq" in summ:
-        print(f"stripes: {summ['stripes_vs_seq']:.2f} of the sequential O_DIRECT read bandwidth"
-              + (f" ({summ['stripes_vs_adjacent_seq']:.2f} against the adjacent seq restores)"
-                 if "stripes_vs_adjacent_seq" in summ else ""))
+    from prefixbench.harness.payload import payload_benchmarks
+    from prefixbench.harness.reporting import table_of
+    benches = payload_benchmarks(rows, warm, config)
+    if args.output:
+        written = write_pyperf(args.output, rows, warm, config)
+    print(table_of(args.output, *benches))
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"restores": rows_as_dicts(rows), "warmups": rows_as_dicts(warm),
                        "summary": summ}, fh, indent=1, default=str)
     if args.output:
-        for f in write_pyperf(args.output, rows, warm, config):
+        for f in written:
             if not quiet:
                 print(f"wrote {f}")
     return 0

@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import math
 import mmap
 import os
@@ -653,14 +654,33 @@ def write_pyperf(output: str, rows: list[Restore], warmups: list[Restore] | None
     calls, bytes read, host microseconds per object and layer events per
     restore.  Values of 0 (read calls of a memory-mapped engine) are left out:
     pyperf refuses them.  Returns both paths."""
-    from prefixbench.harness.pyperf_io import (collecting_zeros, counts_path, run_metadata,
-                                               value_runs, with_zeros, write_suite)
+    from prefixbench.harness.pyperf_io import counts_path, write_suite
+    times, counts = payload_benchmarks(rows, warmups, config)
+    cpath = counts_path(output)
+    write_suite(output, times)
+    write_suite(cpath, counts)
+    return output, cpath
+
+
+def _tag(path: str, point: str) -> str:
+    return f"{path}-{'layerwise' if point == LAYERWISE else 'n' + point}"
+
+
+def payload_benchmarks(rows: list[Restore], warmups: list[Restore] | None = None,
+                       config: dict | None = None) -> tuple[list, list]:
+    """(time, count) benchmarks of :func:`write_pyperf`; the metadata ``payload_points``
+    gives each ``<path>-<point>`` its objects, restored bytes and cache mode."""
+    from prefixbench.harness.pyperf_io import (collecting_zeros, run_metadata, value_runs,
+                                               with_zeros)
     md = {k: v for k, v in run_metadata("none", None, "payload-restore", config or {}).items()
           if v not in ("", None)}
     warm = {(w.path, w.point): w.seconds for w in warmups or ()}
     by: dict = {}
     for r in rows:
         by.setdefault((r.path, r.point), []).append(r)
+    md["payload_points"] = json.dumps({_tag(p, n): [rs[0].objects, rs[0].restored_bytes,
+                                                    rs[0].cache]
+                                       for (p, n), rs in by.items()}, separators=(",", ":"))
 
     def bench(name, unit, values, warmup=None):
         """The benchmark, or its name when every value was 0 (listed as a zero)."""
@@ -670,7 +690,7 @@ def write_pyperf(output: str, rows: list[Restore], warmups: list[Restore] | None
 
     times, counts = [], []
     for (path, point), rs in by.items():
-        tag = f"{path}-{'layerwise' if point == LAYERWISE else 'n' + point}"
+        tag = _tag(path, point)
         times.append(bench(f"restore-{tag}", "second", [r.seconds for r in rs],
                            warm.get((path, point))))
         counts.append(bench(f"read-calls-{tag}", "integer", [r.read_calls for r in rs]))
@@ -679,10 +699,7 @@ def write_pyperf(output: str, rows: list[Restore], warmups: list[Restore] | None
                             [r.per_object_us for r in rs]))
         if point == LAYERWISE:
             counts.append(bench(f"layer-events-{tag}", "integer", [r.layer_events for r in rs]))
-    cpath = counts_path(output)
     zeros = [n for n in (b if isinstance(b, str) else None for b in times + counts) if n]
     times = [b for b in times if b and not isinstance(b, str)]
     counts = [b for b in counts if b and not isinstance(b, str)]
-    write_suite(output, with_zeros(times, zeros))
-    write_suite(cpath, with_zeros(counts, zeros))
-    return output, cpath
+    return with_zeros(times, zeros), with_zeros(counts, zeros)

@@ -74,7 +74,7 @@ EXPERIMENTS = {
         Experiment("recovery", ("table1", "fig8"), {
             f"recover-{s}": _both(["recover", "-s", s, *(["-e", "rocksdb"] if e else [])],
                                   ["-n", "2e5", "--repeat", "3"], ["-n", "1e7", "--repeat", "5"])
-            for s, e in (("sarp", True), ("segment-radix", False), ("dram-blockhash", False))
+            for s, e in (("sarp", True), ("segment-radix", True), ("dram-blockhash", False))
         }),
         Experiment("retrieval", ("fig9",), {
             "retrieval-codeact": _both(["sweep", "retrieval", "-w", "codeact", "-e", "rocksdb",

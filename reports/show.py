@@ -9,6 +9,9 @@ shows 0; one the suite lacks shows ``-``.
 """
 from __future__ import annotations
 
+import json
+import statistics
+
 from prefixbench.reports.tables import fmt_bytes, fmt_seconds, format_table
 from prefixbench.schema import SchemaError
 
@@ -219,9 +222,80 @@ def format_describe(res) -> str:
     return "\n".join(f"{label:<{width}}  {text:>14}" for label, text in rows)
 
 
+def _spread(values) -> float:
+    return (max(values) - min(values)) / min(values)
+
+
+def _point_order(point: str):
+    return (1, 0) if point == "layerwise" else (0, int(point[1:]))
+
+
+def format_payload(res) -> str:
+    """``prefixbench payload``: restore time per path and point, then the stripes' shape
+    (their spread across object counts, raw and against the adjacent ``seq`` restore)."""
+    md = res.first()
+    try:
+        cfg = json.loads(md.get("config", "{}"))
+        points_md = json.loads(md.get("payload_points", "{}"))
+    except (TypeError, ValueError):
+        cfg, points_md = {}, {}
+    found = [r.params for r in res.readings if r.name.startswith("restore-")]
+    paths = [p for p in str(cfg.get("paths", "")).split(",") if p]
+    paths += [d["path"] for d in found if d["path"] not in paths]
+    points = sorted({d["point"] for d in found}, key=_point_order)
+    med = statistics.median
+    table, by = [], {}
+    for p in paths:
+        for q in points:
+            tag = f"{p}-{q}"
+            t = res.get(f"restore-{tag}")
+            if t is None:
+                continue
+            objs, restored, cache = points_md.get(tag, [None, None, "-"])
+            gib = [restored / v / (1 << 30) for v in t.values] if restored else []
+            by.setdefault(p, {})[q] = (t, med(gib) if gib else None)
+            ev = res.get(f"layer-events-{tag}")
+
+            def m(name, fmt):
+                r = res.get(f"{name}-{tag}")
+                return fmt(med(r.values)) if r is not None else "-"
+            table.append((p, q[1:] if q != "layerwise" else f"layerwise ({objs})",
+                          f"{t.median:.4f}", f"{t.low:.4f}",
+                          "-" if not gib else f"{med(gib):.2f}",
+                          m("read-calls", lambda v: str(int(v))),
+                          m("bytes-read", lambda v: str(int(v))),
+                          m("host-us-per-object", lambda v: f"{v:.1f}"),
+                          int(ev.high) if ev is not None and ev.high else "", cache))
+    out = [format_table(("path", "objects", "median s", "min s", "GiB/s", "read calls",
+                         "bytes read", "us/object", "layer events", "cache"), table)]
+    st = {q: v for q, v in by.get("stripes", {}).items() if q != "layerwise"}
+    if len(st) > 1:
+        out.append(f"stripes: spread across object counts "
+                   f"{_spread([t.median for t, _ in st.values()]) * 100:.1f}% of medians, "
+                   f"{_spread([t.low for t, _ in st.values()]) * 100:.1f}% of minimums")
+    if "stripes" in by and "seq" in by:
+        adj = {q: med([a / b for a, b in zip(t.values, by["seq"][q][0].values)])
+               for q, (t, _) in by["stripes"].items() if q in by["seq"]}
+        flat = [v for q, v in adj.items() if q != "layerwise"]
+        if len(flat) > 1:
+            out.append("stripes / adjacent seq restore (median per point): "
+                       + ", ".join(f"{q[1:] if q != 'layerwise' else q}: {v:.3f}"
+                                   for q, v in adj.items())
+                       + f"; spread {_spread(flat) * 100:.1f}%")
+        bw = {p: [g for _, g in by[p].values() if g] for p in ("stripes", "seq")}
+        if bw["stripes"] and bw["seq"]:
+            line = f"stripes: {med(bw['stripes']) / med(bw['seq']):.2f} of the sequential " \
+                   f"O_DIRECT read bandwidth"
+            if flat:
+                line += f" ({1 / med(flat):.2f} against the adjacent seq restores)"
+            out.append(line)
+    return "\n".join(out)
+
+
 #: result kind -> its table
 FORMATTERS = {"run": format_run, "scale": format_scale, "recover": format_recover,
-              "crashtest": format_crashtest, "describe": format_describe}
+              "crashtest": format_crashtest, "describe": format_describe,
+              "payload": format_payload}
 
 
 def render(res) -> str:

@@ -67,3 +67,13 @@ def test_show_of_a_truncated_file_is_one_line(tmp_path, capsys):
     p.write_text("{")
     code = main(["show", str(p)])
     one_line_error(code, capsys.readouterr().err, str(p))
+
+
+def test_payload(tmp_path, capsys):
+    out = tmp_path / "payload.json"
+    shown = _same(capsys, ["-q", "payload", "--payload", "4MiB", "--objects", "4,16,layerwise",
+                           "--layers", "2", "--layer-object", "512KiB", "--restores", "2",
+                           "--stripe", "1MiB", "--pack-bytes", "8MiB", "--paths",
+                           "seq,files,stripes", "--work-dir", str(tmp_path / "w"),
+                           "-o", str(out)], out)
+    assert "layerwise (" in shown and "stripes / adjacent seq restore" in shown
