@@ -89,13 +89,15 @@ class RecordResult:
     duplicates: int = 0
     malformed: int = 0
     elapsed_s: float = 0.0
+    active_s: float = 0.0           # first frame to last
     first_seq: int | None = None
     last_seq: int | None = None
     gap_list: list = field(default_factory=list)
 
     @property
     def rate(self) -> float:
-        return self.frames / self.elapsed_s if self.elapsed_s > 0 else 0.0
+        """Frames per second from the first frame to the last."""
+        return (self.frames - 1) / self.active_s if self.active_s > 0 else 0.0
 
 
 def _fetch_replay(zmq, dealer, endpoint: str, start: int, stop: int, timeout: float):
@@ -158,6 +160,7 @@ def record(endpoint: str, out: str, *, topic: str = "", duration: float | None =
         stop_at = None if duration is None else start + duration
         recv = sub.recv_multipart
         poll = sub.poll
+        NOBLOCK = zmq.NOBLOCK
         write = writer.write
         while True:
             now = time.monotonic()
@@ -165,13 +168,16 @@ def record(endpoint: str, out: str, *, topic: str = "", duration: float | None =
                 break
             if max_frames is not None and res.frames >= max_frames:
                 break
-            wait = 0.2 if stop_at is None else max(0.0, min(0.2, stop_at - now))
-            if not poll(int(wait * 1000)):
-                if res.frames == 0 and time.monotonic() >= first_deadline:
-                    raise EndpointTimeout(f"endpoint {endpoint}: no frames within {timeout:g} s "
-                                          "(is the publisher running there, with this topic?)")
+            try:
+                parts = recv(NOBLOCK)           # drain what is queued without a poll each
+            except zmq.Again:
+                wait = 0.2 if stop_at is None else max(0.0, min(0.2, stop_at - now))
+                if not poll(int(wait * 1000)):
+                    if res.frames == 0 and time.monotonic() >= first_deadline:
+                        raise EndpointTimeout(f"endpoint {endpoint}: no frames within "
+                                              f"{timeout:g} s (is the publisher running there, "
+                                              "with this topic?)") from None
                 continue
-            parts = recv()
             recv_ns = time.time_ns()
             if len(parts) != 3 or len(parts[1]) != 8:
                 res.malformed += 1
@@ -194,10 +200,12 @@ def record(endpoint: str, out: str, *, topic: str = "", duration: float | None =
                 res.gap_list.append([expected, seq, lost])
             if res.first_seq is None:
                 res.first_seq = seq
+                t_first = time.monotonic()
             write(seq, recv_ns, parts[0], parts[2], 0)
             res.frames += 1
             res.live_frames += 1
             res.last_seq = seq
+            t_last = time.monotonic()
             expected = seq + 1
             if progress is not None:
                 progress(1)
@@ -205,6 +213,8 @@ def record(endpoint: str, out: str, *, topic: str = "", duration: float | None =
         pass
     finally:
         res.elapsed_s = time.monotonic() - start if "start" in locals() else 0.0
+        if res.first_seq is not None:
+            res.active_s = t_last - t_first
         if writer is not None:
             writer.close({"end": True, "gaps": res.gaps, "missing": res.missing,
                           "duplicates": res.duplicates, "replayed": res.replayed_frames,
@@ -838,8 +848,9 @@ def cmd_events(args, leftover, argv, quiet):
         finally:
             bar.close()
         print(f"recorded {res.frames:,} frames ({res.live_frames:,} live, "
-              f"{res.replayed_frames:,} replayed) in {res.elapsed_s:.2f} s "
-              f"({res.rate:,.0f} frames/s) to {res.path}; seq {res.first_seq}..{res.last_seq}: "
+              f"{res.replayed_frames:,} replayed) in {res.elapsed_s:.2f} s, "
+              f"{res.rate:,.0f} frames/s from the first to the last, to {res.path}; "
+              f"seq {res.first_seq}..{res.last_seq}: "
               f"{res.gaps} gaps, {res.missing} frames missing, {res.duplicates} duplicates"
               + (f", {res.malformed} malformed" if res.malformed else ""))
         if args.json:
