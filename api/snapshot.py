@@ -42,6 +42,18 @@ the record.  With ``sync=True`` each append is fsynced before ``insert``
 returns (durable mode).  A torn record at the tail (a crash mid-append: it was
 never acknowledged) ends the log; the reader reports how many bytes it dropped
 and the next writer truncates them.
+
+Device faults.  Every write, fsync and rename here goes through
+:mod:`prefixbench.faults` (components ``"snapshot"`` and ``"insert-log"``).  A
+publication that fails (disk full, I/O error) raises :class:`SnapshotError`,
+one line naming the snapshot and the failing path; the temp file is removed
+and the published generations are as they were (or the new one is complete,
+when only the final directory fsync failed).  A failed append is cut back off
+the log, so no later record follows garbage the reader would stop at, and
+the log then refuses every change (:meth:`InsertLog.check`): the operation
+is already applied in memory but not logged, so only a recovery gives an
+index holding exactly what was acknowledged.  A failed truncation leaves the
+old log in place.
 """
 from __future__ import annotations
 

@@ -46,7 +46,28 @@ cleaned: its live records are copied (one committed relocation batch) and
 the pack reused.  One empty pack (or one not yet created, under
 ``max_packs``) is kept as the cleaning destination; when neither new packs
 nor cleaning can make room, the batch fails with "pack area full" and
-nothing stored changes.  ``size_on_disk`` counts allocated blocks, so it
+nothing stored changes.
+
+**Device faults.**  Pack reads and writes, fsyncs, the key log and the
+checkpoint go through :mod:`prefixbench.faults` (component ``"packfile"``).
+A failed write or fsync is one line naming the store, and the batch is not
+committed: a frame that failed to write or to sync is cut back off the log
+(under ``off``, where buffered frames go with it, the store then refuses
+writes until reopened), so a reopen never finds a batch the caller saw
+fail.  A short pack write is continued where it stopped; a read error or a
+short read is one line (never the stale bytes of an earlier read).  A
+checkpoint that fails after its batch committed does not fail the batch:
+the log still holds it, ``checkpoint_error`` says why, and it is retried
+once the log has grown by another ``checkpoint_bytes``.
+
+**Damage.**  ``index.ckpt`` (format 2: its checksum covers its header fields
+and the arrays; format 1, the previous release's, covers the arrays only and
+still opens) that fails a check is one line (length, version, checksum) and
+the store does not open.  In ``index.log`` only what a cut append leaves is
+a torn tail (a prefix of the next frame, bytes that are not its header, or
+zeros) and cut off; a committed frame that fails its checks - a flipped
+byte - is one line and the store does not open, since cutting there would
+drop acknowledged batches.  ``size_on_disk`` counts allocated blocks, so it
 includes the preallocated packs.
 
 There is no engine-side cache: ``cache_bytes`` is not used, every ``get``

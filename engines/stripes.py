@@ -251,7 +251,10 @@ class StripeRanges:
     * Clean ``close`` drains, syncs, writes a checksummed snapshot bound to
       the store's identity, then removes the dirty marker; a reopen that
       finds the marker (an unclean stop) discards the directory and deletes
-      its stripes instead of reconstructing anything from payload.
+      its stripes instead of reconstructing anything from payload.  The
+      snapshot carries a format ``version`` (one written without it, by the
+      previous release, is version 1); another version, a bad checksum or a
+      cut file is refused in one line.
     """
 
     SNAPSHOT = "ranges.snapshot"

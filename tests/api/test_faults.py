@@ -7,7 +7,8 @@ point N with the fault at the N-th call.  Every failure is one line naming
 the path; the published file or snapshot stays intact; a recovery afterwards
 serves exactly the inserts that were acknowledged (an exact strategy's
 answers equal a fresh oracle fed only those).  Each test prints its count
-(``pytest -s``).  ``PREFIXBENCH_LONG=1`` makes the runs longer.
+(``pytest -s``).  The loops run on tmpfs (fsyncs are free there);
+``PREFIXBENCH_LONG=1`` makes the runs longer and puts them on the disk.
 """
 import os
 
@@ -16,13 +17,22 @@ import pytest
 
 from prefixbench import faults
 from prefixbench.durable import DurableWriteError, publish_file, write_file
+from prefixbench.engines.base import StoreConfig
+from prefixbench.engines.memory import MemoryStore
 from prefixbench.errors import PrefixbenchError
 from prefixbench.metas import make_metas
 from prefixbench.registry import get_registry
 from prefixbench.snapshot import read_snapshot, snapshot_path
 
-LONG = os.environ.get("PREFIXBENCH_LONG") == "1"
+from fault_support import LONG, scratch_dir
+
 KINDS = faults.KINDS
+
+
+@pytest.fixture
+def scratch(tmp_path):
+    with scratch_dir(tmp_path) as d:
+        yield d
 
 
 def one_line(msg, path):
@@ -65,7 +75,8 @@ def test_unknown_kind_is_refused():
 
 
 # ----------------------------------------------------------------------------- durable helpers
-def test_publish_file_at_every_fault_point(tmp_path, capsys):
+def test_publish_file_at_every_fault_point(scratch, capsys):
+    tmp_path = scratch
     path = str(tmp_path / "doc")
     publish_file(path, b"old" * 100)
     with faults.count("durable") as c:
@@ -113,9 +124,12 @@ def answers(s, queries):
     return [(m.n_blocks, np.asarray(m.metas).tobytes()) for m in map(s.match, queries)]
 
 
-def run(name, d, kind=None, at=0, component=None):
+OPTS = {"sarp": {"S": 8, "R": 2, "backfill": "sync", "max_retrieval": 0}}
+
+
+def run(name, d, kind=None, at=0, component=None, store=None):
     """Inserts with a snapshot every few; returns (acknowledged seq indexes, errors, plan)."""
-    s = cls_of(name)(None, {})
+    s = cls_of(name)(store, OPTS.get(name, {}))
     s.enable_log(d)
     acked, errors = [], []
     ctx = faults.inject(kind, at, component) if kind else faults.count(component)
@@ -134,7 +148,8 @@ def run(name, d, kind=None, at=0, component=None):
                     errors.append(str(e))
                     if had:
                         read_snapshot(d, name)      # the published one is still whole
-    s.close()
+    if store is None:
+        s.close()
     return acked, errors, plan
 
 
@@ -146,20 +161,27 @@ def expected(name, acked):
     return o
 
 
-@pytest.mark.parametrize("component", ["snapshot", "insert-log"])
-@pytest.mark.parametrize("name", ["radix", "dram-blockhash"])
-def test_strategy_at_every_fault_point(tmp_path, capsys, name, component):
-    _, _, c = run(name, tmp_path / "count", component=component)
+def new_store(name):
+    return MemoryStore(StoreConfig()) if cls_of(name).needs_store else None
+
+
+@pytest.mark.parametrize("name, component", [
+    ("radix", "snapshot"), ("radix", "insert-log"), ("dram-blockhash", "snapshot"),
+    ("dram-blockhash", "insert-log"), ("sarp", "snapshot")])
+def test_strategy_at_every_fault_point(scratch, capsys, name, component):
+    tmp_path = scratch
+    _, _, c = run(name, tmp_path / "count", component=component, store=new_store(name))
     queries = seqs()
     tried = 0
     for kind in KINDS:
         for n in range(1, c.calls + 1):
             d = tmp_path / f"{kind}-{n}"
-            acked, errors, plan = run(name, d, kind, n, component)
+            store = new_store(name)
+            acked, errors, plan = run(name, d, kind, n, component, store)
             tried += plan.fired
             for e in errors:
                 one_line(e, d)
-            r = cls_of(name).recover(None, d, {}, quiet=True)
+            r = cls_of(name).recover(store, d, OPTS.get(name, {}), quiet=True)
             assert answers(r, queries) == answers(expected(name, acked), queries), \
                 (kind, n, plan.hit, errors)
             r.close()
@@ -186,3 +208,13 @@ def test_a_failed_append_refuses_changes_until_recovered(tmp_path):
     assert r.match(q).n_blocks == 4 and r.match(q + 10).n_blocks == 0
     r.insert(q + 20, make_metas(q + 20, 2))            # a recovered index takes changes
     assert r.match(q + 20).n_blocks == 4
+
+
+def test_the_command_fails_in_one_line_naming_the_path(tmp_path, run_cli):
+    with faults.inject("ENOSPC", 1, "snapshot") as plan:
+        code, _out, err = run_cli("--quiet", "recover", "-s", "radix", "-n", "2000",
+                                  "--work-dir", tmp_path / "w", "-o", tmp_path / "r.json")
+    assert plan.fired and code == 2
+    line = err.strip().splitlines()[-1]
+    assert "index.pbsnap" in line and "No space left on device" in line, err
+    one_line(line, tmp_path / "w")
