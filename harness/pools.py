@@ -62,9 +62,14 @@ and index entries over time (``entries_series``: about 64 samples of the
 strategy's ``entries`` and the blocks held in all pools, outside the timed
 calls).
 
-Cost: per request, NumPy over the request's blocks (lookups in a sorted
-index of the pool) and, when something must be evicted, one pass over the
-pool's slots; no per-block Python.
+Cost: per request, NumPy over the request's blocks (lookups in a sorted id
+index, which inserts and deletes by one move of the pool's ids) and, when
+something must be evicted, a walk of the victim queue: the smallest keys,
+kept in order between rebuilds.  A heap-ordered policy's key only grows while
+a block is held and a new or touched block's key is checked against the
+queue's bound, so the queue stays exact; a rebuild (one pass over the pool)
+happens when it runs dry, or when a key lands below the bound (``lfu``, whose
+new blocks start at one use).  No per-block Python.
 """
 from __future__ import annotations
 
@@ -210,6 +215,13 @@ class Pool:
         self._sorted = np.empty(0, dtype=np.uint64)       # held ids, ascending
         self._slot_of = np.empty(0, dtype=np.int64)       # their slots
         self.evictions = 0
+        # victim queue (heap-ordered policies): the smallest keys, ascending, from
+        # _qh on; every held block outside it has a key >= _qbound (None: rebuild)
+        self._q = np.empty(0, dtype=np.int64)
+        self._qkey = np.empty(0, dtype=np.int64)
+        self._qh = 0
+        self._qbound = None
+        self.queue_min = 1024
 
     @property
     def held(self) -> int:
@@ -261,8 +273,10 @@ class Pool:
         new = n - h
         evicted = np.empty(0, dtype=np.uint64)
         if not new:
+            self._changed(pinned)
             return h, evicted
         self.newest[pinned] = request
+        self._changed(pinned)
         short = new - (self.capacity - self._held)
         if short > 0:
             evicted = self._evict(short, pinned)
@@ -283,6 +297,7 @@ class Pool:
         self.hits[slots] = 1
         self.newest[slots] = request
         self.used[slots] = True
+        self._changed(slots)
         order = np.argsort(ids[h:], kind="stable")
         new_ids = ids[h:][order]
         at = np.searchsorted(self._sorted, new_ids)
@@ -290,16 +305,75 @@ class Pool:
         self._slot_of = np.insert(self._slot_of, at, slots[order])
         return h, evicted
 
+    def _changed(self, slots: np.ndarray) -> None:
+        """Blocks whose keys may have changed or that are new: a key below the victim
+        queue's bound would belong in the queue, so the queue is rebuilt."""
+        if self._qbound is not None and len(slots) and \
+                int(self.policy.keys(self, slots).min()) < self._qbound:
+            self._qbound = None
+
+    def _build_queue(self, count: int, mask: np.ndarray) -> None:
+        """The queue of the smallest-key held blocks, pinned ones included (they are
+        skipped, not lost, while pinned), with room for ``count`` unpinned ones."""
+        cand = np.flatnonzero(self.used)
+        keys = self.policy.keys(self, cand)
+        n = len(cand)
+        k = min(n, max(4 * count + int((~mask[cand]).sum()), self.queue_min, n // 8))
+        if k < n:
+            part = np.argpartition(keys, k)
+            sel, bound = part[:k], int(keys[part[k]])
+        else:
+            sel, bound = np.arange(n), int(keys.max()) + 1 if n else 0
+        sel = sel[np.argsort(keys[sel], kind="stable")]
+        self._q, self._qkey, self._qh, self._qbound = cand[sel], keys[sel], 0, bound
+
+    def _pop_queue(self, count: int, mask: np.ndarray) -> np.ndarray:
+        """The ``count`` smallest-key blocks ``mask`` allows, from the queue (rebuilt as
+        needed).  A queued block whose key is unchanged is still in order; one whose
+        key changed was touched (its new key is >= the bound, or the queue would have
+        been dropped) and leaves the queue; a pinned one stays for later."""
+        out = []
+        masked = int((self.used & ~mask).sum())     # each chunk reaches past them all
+        while count > 0:
+            if self._qbound is None or self._qh >= len(self._q):
+                self._build_queue(count, mask)
+            h = self._qh
+            chunk = self._q[h:h + max(2 * count, 256) + masked]
+            ckey = self._qkey[h:h + len(chunk)]
+            alive = self.used[chunk] & (self.policy.keys(self, chunk) == ckey)
+            ok = alive & mask[chunk]
+            take = np.flatnonzero(ok)[:count]
+            end = int(take[-1]) + 1 if len(take) == count else len(chunk)
+            held = np.flatnonzero(alive[:end] & ~mask[chunk[:end]])
+            if len(held):               # pinned blocks keep their place at the front
+                self._q = np.concatenate([chunk[held], self._q[h + end:]])
+                self._qkey = np.concatenate([ckey[held], self._qkey[h + end:]])
+                self._qh = 0
+            else:
+                self._qh = h + end
+            if len(take):
+                out.append(chunk[take])
+                mask[chunk[take]] = False
+                count -= len(take)
+            elif h + len(chunk) >= len(self._q):
+                self._qbound = None     # only pinned blocks were left in it: rebuild
+        return np.concatenate(out) if len(out) > 1 else out[0]
+
     def _evict(self, count: int, pinned: np.ndarray) -> np.ndarray:
         """Evict ``count`` unpinned blocks, leaves first, by the policy's keys."""
         mask = self.used.copy()
         mask[pinned] = False
+        if int(mask.sum()) < count:
+            raise ConfigError(f"option --pool-blocks: {self.capacity} blocks cannot hold "
+                              "the in-flight request's blocks")
         out = []
-        while count > 0:
-            if self.policy.heap_ordered:
-                cand = np.flatnonzero(mask)
-            else:                       # rounds among the current leaves only
-                cand = np.flatnonzero(mask & (self.kids == 0))
+        if self.policy.heap_ordered:    # the smallest keys are leaves: take them at once
+            pick = self._pop_queue(count, mask)
+            self._drop(pick)
+            out.append(self.ids[pick].copy())
+            count = 0
+        while count > 0:                # rounds among the current leaves only
+            cand = np.flatnonzero(mask & (self.kids == 0))
             if not len(cand):           # only the pinned prefix is left
                 raise ConfigError(f"option --pool-blocks: {self.capacity} blocks cannot hold "
                                   "the in-flight request's blocks")

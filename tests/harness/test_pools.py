@@ -82,11 +82,15 @@ class RefPool:
 
 
 @pytest.mark.parametrize("policy", ["lru", "lfu", "fifo"])
-@pytest.mark.parametrize("seed,slots", [(1, 4096), (2, 4096), (3, 3)])
-def test_pool_evicts_like_the_block_by_block_reference(policy, seed, slots):
-    reqs = random_chains(seed)
-    cap = max(len(r) for r in reqs) + 4
+@pytest.mark.parametrize("seed,slots,queue,extra", [(1, 4096, 1024, 4), (2, 4096, 1, 4),
+                                                    (3, 3, 2, 4), (4, 8, 1, 30),
+                                                    (5, 4096, 3, 60)])
+def test_pool_evicts_like_the_block_by_block_reference(policy, seed, slots, queue, extra):
+    """``queue`` small: the victim queue holds a few blocks and is rebuilt often."""
+    reqs = random_chains(seed, n=250)
+    cap = max(len(r) for r in reqs) + extra
     pool = pools.Pool(cap, pools.make_policy(policy), initial_slots=slots)
+    pool.queue_min = queue
     ref = RefPool(cap, policy)
     for r, ids in enumerate(reqs):
         h, ev = pool.admit(ids, r)

@@ -84,3 +84,35 @@ def test_a_plugin_policy_without_heap_order_evicts_leaves_only(registry_with):
         par = pool.parent[used]
         assert pool.used[par[par >= 0]].all()
     assert pool.evictions > 0
+
+
+class DeepestFirst(eviction.EvictionPolicy):
+    """Heap-ordered keys that uses never change: the deepest block first, then by id."""
+
+    name = "deepest"
+
+    def keys(self, state, slots):
+        return ((eviction.DEPTH_MASK - state.depth[slots]) << 32) | (
+            state.ids[slots] & np.uint64(0xFFFFFFFF)).astype(np.int64)
+
+
+@pytest.mark.parametrize("queue", [1, 4, 1024])
+def test_static_heap_ordered_keys_keep_pinned_blocks_queued(queue):
+    """Keys that a use does not change leave pinned blocks alive in the victim queue:
+    they must be skipped while pinned and still come out in order afterwards."""
+    policy = DeepestFirst()
+    chains = [c for c in _chains(5, n=300) if len(c) <= 30]
+    pool = pools.Pool(30, policy, initial_slots=2)
+    pool.queue_min = queue
+    for r, ids in enumerate(chains):
+        h, _ = pool.prefix(ids)
+        held = np.flatnonzero(pool.used)
+        short = len(ids) - h - (pool.capacity - pool.held)
+        pinned = set(pool.lookup(ids[:h]).tolist())
+        free = [s for s in held.tolist() if s not in pinned]
+        keys = dict(zip(free, policy.keys(pool, np.array(free, dtype=np.int64)).tolist())) \
+            if free else {}
+        want = sorted(int(pool.ids[s]) for s in sorted(free, key=keys.get)[:max(short, 0)])
+        _, ev = pool.admit(ids, r)
+        assert sorted(ev.tolist()) == want, r
+    assert pool.evictions > 0
