@@ -124,7 +124,8 @@ def answers(s, queries):
     return [(m.n_blocks, np.asarray(m.metas).tobytes()) for m in map(s.match, queries)]
 
 
-OPTS = {"sarp": {"S": 8, "R": 2, "backfill": "sync", "max_retrieval": 0}}
+OPTS = {"sarp": {"S": 8, "R": 2, "backfill": "sync", "max_retrieval": 0},
+        "segment-radix": {"S": 8}}
 
 
 def run(name, d, kind=None, at=0, component=None, store=None):
@@ -167,7 +168,7 @@ def new_store(name):
 
 @pytest.mark.parametrize("name, component", [
     ("radix", "snapshot"), ("radix", "insert-log"), ("dram-blockhash", "snapshot"),
-    ("dram-blockhash", "insert-log"), ("sarp", "snapshot")])
+    ("dram-blockhash", "insert-log"), ("sarp", "snapshot"), ("segment-radix", "insert-log")])
 def test_strategy_at_every_fault_point(scratch, capsys, name, component):
     tmp_path = scratch
     _, _, c = run(name, tmp_path / "count", component=component, store=new_store(name))
