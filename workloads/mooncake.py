@@ -123,6 +123,12 @@ class HashTraceWorkload(Workload):
                     except json.JSONDecodeError as e:
                         raise TraceFormatError(f"{where}: invalid JSON: {e.msg} "
                                                f"(column {e.colno})") from None
+                    except RecursionError:
+                        raise TraceFormatError(f"{where}: invalid JSON: nested too "
+                                               "deeply") from None
+                    except ValueError:      # an integer of more than 4300 digits
+                        raise TraceFormatError(f"{where}: invalid JSON: a number too long "
+                                               "to read") from None
                     raw.append(_hash_ids(obj, where))
                     inp = _int_field(obj, "input_length", where)
                     whole = len(raw[-1]) * self.block_size

@@ -75,6 +75,7 @@ import glob
 import gzip
 import json
 import os
+import re
 import zlib
 from collections import deque
 from collections.abc import Iterator
@@ -91,6 +92,7 @@ from prefixbench.workloads.tokenizers import Tokenizer, make_tokenizer
 HEADER = "<|{role}|>\n"
 END = "<|end|>\n"
 _EMPTY = np.empty(0, dtype=np.uint32)
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _EMPTY.flags.writeable = False
 
 
@@ -105,6 +107,11 @@ class ChatTemplate:
         self.characters = 0
 
     def _enc(self, text: str) -> np.ndarray:
+        if not text.isascii():
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError:      # a lone surrogate (a valid JSON escape): U+FFFD
+                text = _SURROGATE.sub("\ufffd", text)
         return np.asarray(self.tokenizer.encode(text), dtype=np.uint32)
 
     def header(self, role: str) -> np.ndarray:
@@ -256,6 +263,10 @@ def _load_json(path: str):
         raise TraceFormatError(f"{path}: not UTF-8 text") from None
     except json.JSONDecodeError as e:
         raise TraceFormatError(f"{path}:{e.lineno}: invalid JSON: {e.msg} (column {e.colno})") from None
+    except RecursionError:
+        raise TraceFormatError(f"{path}: invalid JSON: nested too deeply") from None
+    except ValueError:              # an integer of more than 4300 digits
+        raise TraceFormatError(f"{path}: invalid JSON: a number too long to read") from None
 
 
 def _json_lines(path: str) -> Iterator[tuple[str, object]]:
@@ -271,6 +282,16 @@ def _json_lines(path: str) -> Iterator[tuple[str, object]]:
             raise TraceFormatError(f"{where}: not UTF-8 text") from None
         except json.JSONDecodeError as e:
             raise TraceFormatError(f"{where}: invalid JSON: {e.msg} (column {e.colno})") from None
+        except RecursionError:
+            raise TraceFormatError(f"{where}: invalid JSON: nested too deeply") from None
+        except ValueError:          # an integer of more than 4300 digits
+            raise TraceFormatError(f"{where}: invalid JSON: a number too long to read") from None
+
+
+def _shown(v) -> str:
+    """An id from the data as it reads in one error line (repr if it would break the line)."""
+    s = str(v)
+    return s if s.isprintable() and len(s) <= 200 else repr(s[:200])
 
 
 def _text(obj: dict, key: str, where: str) -> str:
@@ -298,10 +319,10 @@ def read_oasst(path: str, b: ConversationBuilder, limit: int | None) -> int:
             msg, node = queue.popleft()
             role = _text(msg, "role", where)
             if role not in ("prompter", "assistant"):
-                raise TraceFormatError(f"{where}: message {msg.get('message_id')}: role must be "
+                raise TraceFormatError(f"{where}: message {_shown(msg.get('message_id'))}: role must be "
                                        f"'prompter' or 'assistant', got {role!r}")
             text = _text(msg, "text", where)
-            mid = msg.get("message_id")
+            mid = _id_field(msg, "message_id", where)
             if role == "assistant":
                 here = b.request(s, node, "assistant", text, key=mid)
             else:
@@ -380,7 +401,7 @@ def read_chitchat(path: str, b: ConversationBuilder, limit: int | None) -> int:
     for cid, conv in data.items():
         if limit is not None and n >= limit:
             break
-        where = f"{path}: conversation {cid}"
+        where = f"{path}: conversation {_shown(cid)}"
         msgs = conv.get("messages") if isinstance(conv, dict) else None
         if not isinstance(msgs, list):
             raise TraceFormatError(f"{where}: missing 'messages' list")
