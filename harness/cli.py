@@ -639,12 +639,18 @@ def cmd_sweep(args, leftover, argv, quiet):
         cap_entries=args.cap_entries, cap_recoveries=args.cap_recoveries,
         cap_cache=args.cap_cache, breakdown=args.breakdown, force=args.force)
     result = sweeps.run_sweep(cfg, quiet=quiet)
-    print(result.table())
+    written = result.write(args.output) if args.output else None
+    from prefixbench.harness.reporting import table_of
+    if result.cap_choice is not None:
+        print(result.cap_choice.line())
+    print(table_of(args.output, *result.suites()))
+    if cfg.kind == "strategies":
+        print("\n".join(sweeps.strategies_notes(result)))
     if cfg.breakdown:
         print()
         print(result.breakdown_table())
-    if args.output:
-        print("wrote {} and {}".format(*result.write(args.output)))
+    if written:
+        print("wrote {} and {}".format(*written))
     return 0
 
 

@@ -1281,6 +1281,14 @@ def _strategies_table(res: SweepResult) -> str:
             f"({res.rows[0].indexed_blocks:,}).  false hits: over every run."
             + ("  With repeats a ratio is taken within each repeat; cells show the median "
                "(min-max)." if res.config.repeat > 1 else "")]
+    out += strategies_notes(res)
+    return "\n".join(out)
+
+
+def strategies_notes(res: SweepResult) -> list:
+    """What the strategies sweep prints below its table, from the live run: each
+    strategy's options, the threads table, sarp's Table 4 beside the paper's."""
+    out = []
     opts = [(r.setting.label, ", ".join(f"{k}={v}" for k, v in r.setting.options.items())
              or "(defaults)") for r in res.rows]
     out.append("\noptions of each strategy\n" + format_table(("strategy", "options"), opts))
@@ -1327,7 +1335,7 @@ def _strategies_table(res: SweepResult) -> str:
                                       if cal else ())
         scale = (f"--scale {res.config.scale}, {res.rows[0].indexed_blocks:,} indexed blocks")
         out.append(f"\nsarp, paper Table 4 (at {scale})\n" + format_table(head, rows4))
-    return "\n".join(out)
+    return out
 
 
 def _safe_div(a: float, b: float) -> float:

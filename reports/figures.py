@@ -781,6 +781,47 @@ def serving(results, paper, opts):
 
 
 #: (id, builder, the command that produces its input)
+#: ``placement-<policy>[-m<budget>]-<measure>`` (``placement frontier -o``)
+_PLACEMENT = None
+
+
+def _placement_name(name: str):
+    import re
+    global _PLACEMENT
+    if _PLACEMENT is None:
+        _PLACEMENT = re.compile(r"placement-(?P<policy>.+?)(?:-m(?P<m>\d+))?-(?P<what>"
+                                r"ckpt-per-entry|ckpt-bytes|recompute-blocks|recompute-tokens"
+                                r"|kept-ppm)\Z")
+    return _PLACEMENT.match(name)
+
+
+def placement(results, paper, opts):
+    """Sparse prefix caching: recompute per hit against checkpoints per entry, per policy."""
+    rs = [r for r in results if r.kind == "placement"]
+    if not rs:
+        return None
+    r = rs[0]
+    by: dict = {}
+    for rd in r.readings:
+        m = _placement_name(rd.name)
+        if m and m.group("m"):
+            by.setdefault(m.group("policy"), {}).setdefault(int(m.group("m")), {})[
+                m.group("what")] = rd
+    budgets = sorted({b for d in by.values() for b in d})
+    series = [Series(p, [point(d[b]["recompute-blocks"]) if b in d and "recompute-blocks"
+                         in d[b] else None for b in budgets]) for p, d in by.items()]
+    rows = [(p, b, cell(d[b].get("ckpt-per-entry"), lambda v: f"{v:.2f}"),
+             cell(d[b].get("recompute-blocks"), lambda v: f"{v:,.1f}"),
+             cell(d[b].get("kept-ppm"), lambda v: f"{v / 1e4:.2f}%"))
+            for p, d in by.items() for b in sorted(d)]
+    return FigureOut("placement", "Sparse prefix caching: recompute against checkpoint budget",
+                     f"placement frontier on {r.workload()} (no paper values)",
+                     [Panel("lines", "recompute per hit", "blocks recomputed", budgets, series,
+                            xlabel="checkpoints per entry (M)")],
+                     ("policy", "M", "checkpoints/entry", "recompute blocks", "kept"), rows,
+                     rs, [])
+
+
 FIGURES = (
     ("fig1", fig1, "prefixbench run -s S -e E -w W (dram-blockhash and ssd-blockhash)"),
     ("table1", table1, "prefixbench recover -s S -n N"),
@@ -795,6 +836,7 @@ FIGURES = (
     ("fig11", fig11, "prefixbench scale -s S -w W --threads 1,2,4"),
     ("range", range_restore, "prefixbench payload --objects ... -o OUT.json"),
     ("serving", serving, "any run or sweep"),
+    ("placement", placement, "prefixbench placement frontier -w W -o OUT.json"),
 )
 IDS = tuple(i for i, _, _ in FIGURES)
 

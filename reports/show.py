@@ -1,6 +1,7 @@
 """The tables commands print, rendered from their result suites only.
 
-``run``, ``scale``, ``recover``, ``crashtest`` and ``workload describe``
+``run``, ``scale``, ``recover``, ``crashtest``, ``workload describe``,
+``payload`` and ``sweep`` (its main table: :mod:`prefixbench.reports.sweeps`)
 print through :func:`render` from the suites they just wrote (or built in
 memory, without ``-o``), and ``prefixbench show RESULT.json`` renders the same
 table from the file, so the two cannot drift.  A figure measured in several
@@ -301,6 +302,9 @@ FORMATTERS = {"run": format_run, "scale": format_scale, "recover": format_recove
 def render(res) -> str:
     """The table the command behind ``res`` printed, or one line naming what is missing."""
     f = FORMATTERS.get(res.kind)
+    if f is None:
+        from prefixbench.reports import sweeps
+        f = sweeps.FORMATTERS.get(res.kind)
     if f is None:
         raise SchemaError(f"{res.path}: show cannot print a {res.kind} result yet (it prints "
                           f"{', '.join(sorted(FORMATTERS))}); `prefixbench report` draws it")

@@ -36,3 +36,9 @@ def test_outdir_that_cannot_be_written_is_one_line(tmp_path, capsys):
     f.write_text("x")
     code = main(["reproduce", "sarp", "--figures", "fig9", "-o", str(f)])
     one_line_error(code, capsys.readouterr().err, str(f))
+
+
+def test_placement_hook_draws_the_frontier(tmp_path, capsys):
+    out = tmp_path / "pl"
+    assert main(["-q", "reproduce", "placement", "--limit", "30", "-o", str(out)]) == 0
+    assert 'id="placement"' in (out / "report.html").read_text()

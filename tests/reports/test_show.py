@@ -77,3 +77,29 @@ def test_payload(tmp_path, capsys):
                            "seq,files,stripes", "--work-dir", str(tmp_path / "w"),
                            "-o", str(out)], out)
     assert "layerwise (" in shown and "stripes / adjacent seq restore" in shown
+
+
+def _contained(capsys, argv, path):
+    """Show's table is one contiguous block of what the command printed (the strategies
+    sweep prints live notes around its table)."""
+    assert main(argv) == 0
+    printed = _table(capsys.readouterr().out).strip().splitlines()
+    assert main(["show", str(path)]) == 0
+    shown = capsys.readouterr().out.strip().splitlines()
+    assert shown and any(printed[i:i + len(shown)] == shown for i in range(len(printed)))
+    return "\n".join(shown)
+
+
+def test_sweep_retrieval(tmp_path, capsys):
+    out = tmp_path / "sweep.json"
+    shown = _same(capsys, ["-q", "sweep", "retrieval", "-w", "codeact", "-W", "sessions=3",
+                           "--budgets", "1,unlimited", "-o", str(out)], out)
+    assert "retrieval-unlimited  unlimited" in shown
+
+
+def test_sweep_strategies_with_repeats(tmp_path, capsys):
+    out = tmp_path / "sweep.json"
+    shown = _contained(capsys, ["-q", "sweep", "strategies", "-w", "codeact", "-W",
+                                "sessions=3", "--strategies", "sarp,segment-hash",
+                                "--repeat", "2", "-o", str(out)], out)
+    assert "2 repeats (median, min-max)" in shown and "segment-hash" in shown
