@@ -431,6 +431,53 @@ cdef class BlockHashTable:
             pbh_count(&self.n_noops, noops)
         return removed
 
+    def tombstone(self, BlockHashTable live, block_ids, int worker, bint defaults_dead):
+        """The removal overlay's remove (:mod:`prefixbench.plugins.removal`), this table
+        holding the tombstones: per listed block, clear ``worker``'s bit (every bit if
+        < 0) in ``live``, tombstoning first a block that loses its last location there;
+        a block ``live`` does not list is on worker 0 by default, so it is tombstoned
+        when ``worker`` is 0 or every worker, unless tombstoned already or
+        ``defaults_dead``.  Returns ``(removed, noops)``.  Both tables' write locks
+        are held throughout, so a match sees the tombstone no later than the loss."""
+        if worker >= 64:
+            raise ValueError(f"worker {worker} outside 0..63")
+        cdef cnp.ndarray a = as_ids(block_ids)
+        cdef Py_ssize_t n = cnp.PyArray_DIM(a, 0), i
+        cdef const uint64_t* q = <const uint64_t*>cnp.PyArray_DATA(a)
+        cdef uint64_t mask = <uint64_t>0xFFFFFFFFFFFFFFFFULL, bm = 0, c
+        cdef uint8_t zero[1]
+        cdef int64_t removed = 0, noops = 0
+        cdef int r = 0
+        zero[0] = 0
+        if worker >= 0:
+            mask = (<uint64_t>1) << worker
+        with nogil:
+            pb_wrlock(&self.lock)
+            pb_wrlock(&live.lock)
+            for i in range(n):
+                if live._find(q[i], &bm) != NULL:
+                    c = bm & mask
+                    if c == 0:
+                        noops += 1
+                        continue
+                    if c == bm:
+                        r = self._put(q[i], zero, 0)
+                        if r < 0:
+                            break
+                    removed += live._remove(q[i], mask)
+                elif defaults_dead or worker > 0 or self._find(q[i], &bm) != NULL:
+                    noops += 1
+                else:
+                    r = self._put(q[i], zero, 0)
+                    if r < 0:
+                        break
+                    removed += 1
+            pb_unlock(&live.lock)
+            pb_unlock(&self.lock)
+        if r < 0:
+            raise MemoryError("block-hash table: out of memory while growing")
+        return removed, noops
+
     def clear(self, int worker=-1):
         """Every block unavailable on ``worker``; with ``worker < 0`` an empty table
         (capacity kept)."""
@@ -452,15 +499,18 @@ cdef class BlockHashTable:
         if r != 0:
             raise MemoryError("block-hash table: out of memory while clearing a worker")
 
-    def lookup(self, block_ids):
-        """Independent lookups: ``(found bool array, metas array)``; absent rows are zero."""
+    def lookup(self, block_ids, bint locations=False):
+        """Independent lookups: ``(found bool array, metas array)``; absent rows are zero.
+        With ``locations``, a third array: each block's worker bitmap (0 if absent)."""
         cdef cnp.ndarray a = as_ids(block_ids)
         cdef Py_ssize_t n = cnp.PyArray_DIM(a, 0), i, ms = self.meta_size
         cdef cnp.ndarray found = np.zeros(n, dtype=np.bool_)
         cdef cnp.ndarray out = np.zeros((n, ms), dtype=np.uint8)
+        cdef cnp.ndarray locs = np.zeros(n, dtype=np.uint64)
         cdef const uint64_t* q = <const uint64_t*>cnp.PyArray_DATA(a)
         cdef uint8_t* f = <uint8_t*>cnp.PyArray_DATA(found)
         cdef uint8_t* o = <uint8_t*>cnp.PyArray_DATA(out)
+        cdef uint64_t* lp = <uint64_t*>cnp.PyArray_DATA(locs)
         cdef const uint8_t* mp
         cdef uint64_t bm
         with nogil:
@@ -469,8 +519,11 @@ cdef class BlockHashTable:
                 mp = self._find(q[i], &bm)
                 if mp != NULL:
                     f[i] = 1
+                    lp[i] = bm
                     memcpy(o + i * ms, mp, ms)
             pb_unlock(&self.lock)
+        if locations:
+            return found, out, locs
         return found, out
 
     def reserve(self, Py_ssize_t entries):

@@ -117,6 +117,45 @@ class BlockHashTable:
                 self._noops += got == 0
         return removed
 
+    def tombstone(self, live: "BlockHashTable", block_ids, worker: int,
+                  defaults_dead: bool):
+        """The removal overlay's remove, this table holding the tombstones (see the
+        compiled table); ``(removed, noops)``."""
+        if worker >= 64:
+            raise ValueError(f"worker {worker} outside 0..63")
+        removed = noops = 0
+        zero = bytes(self.meta_size)
+        with self._lock, live._lock:
+            d, ld = self._d, live._d
+            for k in as_block_ids(block_ids).tolist():
+                held = ld.get(k)
+                if held is not None:
+                    gone = list(held) if worker < 0 else [w for w in held if w == worker]
+                    if not gone:
+                        noops += 1
+                        continue
+                    if len(gone) == len(held) and k not in d:
+                        self._grow_for(k)
+                        d[k] = {0: zero}
+                    for w in gone:
+                        del held[w]
+                    if not held:
+                        del ld[k]
+                    removed += len(gone)
+                elif defaults_dead or worker > 0 or k in d:
+                    noops += 1
+                else:
+                    self._grow_for(k)
+                    d[k] = {0: zero}
+                    removed += 1
+        return removed, noops
+
+    def _grow_for(self, k: int) -> None:
+        """The compiled table's growth rule before a new key (caller holds the lock)."""
+        d = self._d
+        if k and len(d) - (0 in d) >= self._grow_at:
+            self._set_bits(self._bits + 1)
+
     def clear(self, worker: int = -1) -> None:
         if worker >= 64:
             raise ValueError(f"worker {worker} outside 0..63")
@@ -130,16 +169,20 @@ class BlockHashTable:
                 if not held:
                     del self._d[k]
 
-    def lookup(self, block_ids):
+    def lookup(self, block_ids, locations: bool = False):
         ids = as_block_ids(block_ids)
         found = np.zeros(len(ids), dtype=np.bool_)
         out = np.zeros((len(ids), self.meta_size), dtype=np.uint8)
+        locs = np.zeros(len(ids), dtype=np.uint64)
         with self._lock:
             for j, k in enumerate(ids.tolist()):
                 v = self._d.get(k)
                 if v is not None:
                     found[j] = True
+                    locs[j] = self._bitmap(v)
                     out[j] = np.frombuffer(v[min(v)], dtype=np.uint8)
+        if locations:
+            return found, out, locs
         return found, out
 
     def reserve(self, entries: int) -> None:

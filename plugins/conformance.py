@@ -14,7 +14,14 @@ behaviour:
   acknowledged after the snapshot (durable mode) survive a crash, a corrupt
   snapshot is never served;
 * :class:`ThreadTests` - several threads matching and inserting at once;
-* :class:`OptionTests` - bad option values and names are one clear line.
+* :class:`OptionTests` - bad option values and names are one clear line;
+* :class:`RemovalTests` - ``remove``/``clear`` (strategies with
+  ``supports_remove``; skipped otherwise): hypothesis-interleaved insert,
+  match, remove and clear on up to three workers against the oracle (every
+  matched block's metadata is its lowest holder's, its locations a subset of
+  the oracle's, equal where ``exact``), removes acknowledged after a snapshot
+  never served after a crash, several threads removing and inserting at once,
+  and each bad argument one ConfigError line.
 
 :class:`StrategyConformance` is all of them.  A plugin author's test file::
 
@@ -49,7 +56,8 @@ from prefixbench.registry import get_registry
 from prefixbench.snapshot import SnapshotError, snapshot_path
 
 __all__ = ["StrategyConformance", "StrategyFixtures", "OracleTests", "SnapshotTests",
-           "ThreadTests", "OptionTests", "branching_sequences", "check_answer"]
+           "ThreadTests", "OptionTests", "RemovalTests", "branching_sequences", "check_answer",
+           "check_locations"]
 
 H0 = 0x6B17                     # chain seed of the kit's block ids
 
@@ -85,6 +93,21 @@ def check_answer(got, want, ids: np.ndarray, exact: bool, where: str = "") -> No
     if exact:
         assert n == want.n_blocks, \
             f"{where}: exact strategy matched {n} blocks, the oracle {want.n_blocks}"
+
+
+def check_locations(got, want, exact: bool, where: str = "") -> None:
+    """``got.locations`` (when the strategy reports them) against the oracle's: per
+    matched block a non-empty subset of the oracle's bitmap, equal where ``exact``."""
+    if got.locations is None:
+        return
+    n = got.n_blocks
+    g = np.asarray(got.locations, dtype=np.uint64)
+    w = np.asarray(want.locations, dtype=np.uint64)[:n]
+    assert g.shape == (n,), f"{where}: {g.shape} locations for {n} blocks"
+    assert np.all(g != 0), f"{where}: a matched block with no location"
+    assert np.all(g & ~w == 0), f"{where}: locations {g.tolist()} beyond the oracle's {w.tolist()}"
+    if exact:
+        assert np.array_equal(g, w), f"{where}: locations {g.tolist()}, oracle {w.tolist()}"
 
 
 def _names_as_fixtures(cls, names) -> None:
@@ -434,8 +457,210 @@ class OptionTests:
         assert "engine" in str(e.value) and "\n" not in str(e.value)
 
 
+class RemovalTests:
+    """``remove`` and ``clear`` against the oracle (skipped without ``supports_remove``)."""
+
+    removal_examples = 40
+    #: workers the removal properties use (capped by the strategy's ``max_workers``)
+    removal_workers = 3
+    removal_threads = 3
+
+    def _removing(self, new_strategy):
+        cls = new_strategy.cls
+        if not cls.supports_remove:
+            pytest.skip(f"strategy {cls.name} does not support remove")
+        return cls, max(1, min(self.removal_workers, cls.max_workers))
+
+    def test_remove_against_the_oracle(self, new_strategy, oracle_factory, meta_size):
+        """Interleaved insert, match, remove and clear on several workers."""
+        cls, workers = self._removing(new_strategy)
+        hyp = _hypothesis()
+        st = hyp.strategies
+        kinds = ("insert", "insert", "match", "remove", "remove", "remove-all", "clear")
+
+        @st.composite
+        def traffic(draw):
+            seqs = []
+            for _ in range(draw(st.integers(1, 6))):
+                base = []
+                if seqs and draw(st.booleans()):
+                    parent = draw(st.sampled_from(seqs))
+                    base = parent[:draw(st.integers(0, len(parent)))]
+                seqs.append(base + draw(st.lists(st.integers(0, 3), max_size=30)))
+            ops = draw(st.lists(st.tuples(st.sampled_from(kinds),
+                                          st.integers(0, len(seqs) - 1),
+                                          st.integers(0, 60), st.integers(0, workers - 1),
+                                          st.integers(0, 40), st.integers(0, 40),
+                                          st.integers(0, 9)),
+                                min_size=1, max_size=30))
+            return [(kind, seqs[i][:cut], w, lo, hi, r) for kind, i, cut, w, lo, hi, r in ops]
+
+        @hyp.settings(max_examples=self.removal_examples, deadline=None,
+                      suppress_health_check=list(hyp.HealthCheck))
+        @hyp.given(traffic())
+        def check(ops):
+            s, oracle = new_strategy(), oracle_factory()
+            try:
+                seen = []
+                for step, (kind, tokens, w, lo, hi, r) in enumerate(ops):
+                    ids = chain_ids(np.asarray(tokens, dtype=np.uint64), H0)
+                    where = f"step {step} ({kind} on worker {w})"
+                    if kind == "insert":
+                        metas = make_metas(ids, step, meta_size)
+                        s.insert(ids, metas, w)
+                        oracle.insert(ids, metas, w)
+                        seen.append(ids)
+                    elif kind in ("remove", "remove-all"):
+                        part = np.ascontiguousarray(ids[min(lo, hi):max(lo, hi)])
+                        worker = None if kind == "remove-all" else w
+                        got, want = s.remove(part, worker), oracle.remove(part, worker)
+                        if cls.exact_remove_count:
+                            assert got == want, f"{where}: removed {got}, oracle {want}"
+                    elif kind == "clear" and r < 3:       # rarer than the rest
+                        worker = None if r == 0 else w
+                        s.clear(worker)
+                        oracle.clear(worker)
+                    got, want = s.match(ids), oracle.match(ids)
+                    check_answer(got, want, ids, cls.exact, where)
+                    check_locations(got, want, cls.exact, where)
+                for k, ids in enumerate(seen):
+                    got, want = s.match(ids), oracle.match(ids)
+                    check_answer(got, want, ids, cls.exact, f"inserted sequence {k}")
+                    check_locations(got, want, cls.exact, f"inserted sequence {k}")
+            finally:
+                new_strategy.close(s)
+        check()
+
+    def test_removed_block_comes_back_with_the_new_metadata(self, new_strategy, meta_size):
+        cls, _w = self._removing(new_strategy)
+        s = new_strategy()
+        q = branching_sequences(11, 1, 20)[0]
+        s.insert(q, make_metas(q, 1, meta_size))
+        s.remove(np.ascontiguousarray(q[5:6]))
+        assert s.match(q).n_blocks <= 5
+        fresh = make_metas(q, 2, meta_size)
+        s.insert(q, fresh)
+        m = s.match(q)
+        assert np.array_equal(np.asarray(m.metas)[5:6], fresh[5:6]) if m.n_blocks > 5 else True
+        assert np.array_equal(np.asarray(m.metas)[:5], make_metas(q, 1, meta_size)[:min(5, m.n_blocks)])
+        before = s.stats().get("remove_noops", 0)
+        s.remove(np.ascontiguousarray(q[:2]))
+        s.remove(np.ascontiguousarray(q[:2]))             # already gone: counted no-ops
+        assert s.stats().get("remove_noops", 0) - before >= 2
+        assert s.match(q).n_blocks == 0
+        s.clear()
+        assert s.match(q).n_blocks == 0
+
+    def test_removes_after_the_snapshot_are_never_served(self, new_strategy, tmp_path,
+                                                         meta_size, oracle_factory):
+        """Durable mode: a crash after removes, worker inserts and a clear of one
+        worker; the recovered instance serves none of what was removed."""
+        cls, workers = self._removing(new_strategy)
+        s = new_strategy()
+        oracle = oracle_factory()
+        s.enable_log(tmp_path)
+        seqs = branching_sequences(12, 30)
+        for i, q in enumerate(seqs):
+            if i == 10:
+                s.snapshot(tmp_path)
+            metas = make_metas(q, i, meta_size)
+            w = i % workers
+            for target in (s, oracle):
+                target.insert(q, metas, w)
+            if i % 3 == 2:
+                cut = np.ascontiguousarray(seqs[i - 1][len(seqs[i - 1]) // 2:])
+                for target in (s, oracle):
+                    target.remove(cut, None if i % 2 else w)
+            if i == 20:
+                s.snapshot(tmp_path)
+        if workers > 1:
+            s.clear(1)
+            oracle.clear(1)
+        r = new_strategy.adopt(cls.recover(s.store, tmp_path, new_strategy.options, meta_size,
+                                           durable_log=False, notify=lambda line: None))
+        for k, q in enumerate(seqs):
+            got, want = r.match(q), oracle.match(q)
+            check_answer(got, want, q, False, f"sequence {k} after recovery")
+            check_locations(got, want, False, f"sequence {k} after recovery")
+
+    def test_threads_remove_and_insert_concurrently(self, new_strategy, oracle_factory,
+                                                    meta_size):
+        """Each thread inserts, removes and re-inserts on its own worker (or, with one
+        location, its own sequences); afterwards the index equals an oracle that ran
+        every thread's operations, which commute."""
+        cls, workers = self._removing(new_strategy)
+        n = self.removal_threads
+        shared = workers >= n
+        s = new_strategy()
+        plans = []
+        for t in range(n):
+            seqs = branching_sequences(21 if shared else 21 + t, 12)
+            w = t if shared else 0
+            ops = []
+            for k, q in enumerate(seqs):
+                ops.append(("insert", q, make_metas(q, 100 * t + k, meta_size), w))
+                if k % 2:
+                    ops.append(("remove", np.ascontiguousarray(q[len(q) // 3:]), None, w))
+                if k % 4 == 3:
+                    ops.append(("insert", q, make_metas(q, 100 * t + 50 + k, meta_size), w))
+            plans.append((seqs, ops))
+        errors: list[str] = []
+        start = threading.Barrier(n)
+
+        def work(t: int):
+            try:
+                start.wait()
+                for kind, q, metas, w in plans[t][1]:
+                    if kind == "insert":
+                        s.insert(q, metas, w)
+                    else:
+                        s.remove(q, w)
+                    m = s.match(q)
+                    assert 0 <= m.n_blocks <= len(q)
+            except BaseException as e:          # reported by the main thread
+                errors.append(f"thread {t}: {type(e).__name__}: {e}")
+                start.abort()
+
+        threads = [threading.Thread(target=work, args=(t,)) for t in range(n)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        assert errors == []
+        drain = getattr(s, "drain", None)
+        if drain is not None:
+            drain()
+        oracle = oracle_factory()
+        for _seqs, ops in plans:
+            for kind, q, metas, w in ops:
+                if kind == "insert":
+                    oracle.insert(q, metas, w)
+                else:
+                    oracle.remove(q, w)
+        for t, (seqs, _ops) in enumerate(plans):
+            for k, q in enumerate(seqs):
+                got, want = s.match(q), oracle.match(q)
+                check_answer(got, want, q, cls.exact, f"thread {t} sequence {k}")
+                check_locations(got, want, cls.exact, f"thread {t} sequence {k}")
+
+    def test_bad_remove_arguments_are_one_line(self, new_strategy):
+        cls, _w = self._removing(new_strategy)
+        s = new_strategy()
+        q = branching_sequences(13, 1)[0]
+        for bad in (q.tolist(), q.astype(np.int64), np.stack([q, q])):
+            with pytest.raises(ConfigError) as e:
+                s.remove(bad)
+            assert "uint64" in str(e.value) and "\n" not in str(e.value)
+        for worker in (cls.max_workers, -1, "0"):
+            for call in (lambda: s.remove(q, worker), lambda: s.clear(worker),
+                         lambda: s.insert(q, make_metas(q, 0, s.meta_size), worker)):
+                with pytest.raises(ConfigError) as e:
+                    call()
+                assert "worker" in str(e.value) and "\n" not in str(e.value)
+
+
 class StrategyConformance(StrategyFixtures, OracleTests, SnapshotTests, ThreadTests,
-                          OptionTests):
+                          OptionTests, RemovalTests):
     """The whole kit: subclass and set ``strategy_name`` (or ``strategy_factory``)."""
 
 

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Callable, Optional
 
 import numpy as np
 
+from prefixbench.errors import StoreError
 from prefixbench.snapshot import (LOG_FILE, InsertLog, SnapshotError, log_first_seq, read_log,
                                   read_snapshot, snapshot_log_seq, snapshot_path, write_snapshot)
 
@@ -51,27 +52,35 @@ Notify = Optional[Callable[[str], None]]
 
 _TAG0, _TAG1 = 0x70726566_69786F70, 0x62656E63_682D6F70
 OP_INSERT, OP_REMOVE, OP_CLEAR = 1, 2, 3
+#: an insert with one argument id after the header: how many leading blocks the
+#: overlay found on worker 0 before it (see prefixbench.plugins.removal)
+OP_INSERT_PRE = 4
 _ALL = 0xFFFFFFFF
 
 
-def append_op(log, op: int, worker, ids=None, metas=None, meta_size: int = 16) -> None:
+def append_op(log, op: int, worker, ids=None, metas=None, meta_size: int = 16,
+              arg: int | None = None) -> None:
     """Append one tagged operation record (see the module docstring)."""
     ids = np.empty(0, np.uint64) if ids is None else np.ascontiguousarray(ids, np.uint64)
     w = _ALL if worker is None or worker < 0 else int(worker)
-    head = np.array([_TAG0, _TAG1, (op << 32) | w], dtype=np.uint64)
-    rows = np.zeros((3 + len(ids), meta_size), dtype=np.uint8)
+    head = [_TAG0, _TAG1, (op << 32) | w] + ([] if arg is None else [int(arg)])
+    h = len(head)
+    rows = np.zeros((h + len(ids), meta_size), dtype=np.uint8)
     if metas is not None and len(ids):
-        rows[3:] = metas
-    log.append(np.concatenate([head, ids]), rows)
+        rows[h:] = metas
+    log.append(np.concatenate([np.array(head, dtype=np.uint64), ids]), rows)
 
 
 def decode_record(ids, metas):
-    """``(op, worker or None, ids, metas)`` of one log record."""
+    """``(op, worker or None, ids, metas, arg or None)`` of one log record."""
     if len(ids) >= 3 and int(ids[0]) == _TAG0 and int(ids[1]) == _TAG1:
         code = int(ids[2])
         w = code & _ALL
-        return code >> 32, (None if w == _ALL else w), ids[3:], metas[3:]
-    return OP_INSERT, 0, ids, metas
+        op = code >> 32
+        if op == OP_INSERT_PRE:
+            return op, w, ids[4:], metas[4:], int(ids[3])
+        return op, (None if w == _ALL else w), ids[3:], metas[3:], None
+    return OP_INSERT, 0, ids, metas, None
 
 
 def logged(insert):
@@ -83,6 +92,8 @@ def logged(insert):
     """
     @functools.wraps(insert)
     def insert_then_log(self, block_ids, metas, worker: int = 0):
+        if self._log is not None:
+            self._log.check()           # after a failed append: refused until recovered
         insert(self, block_ids, metas, worker)
         log = self._log
         if log is not None and type(self).insert is insert_then_log:
@@ -103,6 +114,8 @@ def logged_op(name: str, fn):
 
     @functools.wraps(fn)
     def op_then_log(self, *args, **kwargs):
+        if self._log is not None:
+            self._log.check()
         out = fn(self, *args, **kwargs)
         log = self._log
         if log is not None and getattr(type(self), name) is op_then_log:
@@ -140,6 +153,8 @@ def publish_snapshot(strategy: "IndexStrategy", directory, fault=None) -> dict:
     t0 = time.perf_counter()
     strategy._quiesce()
     log = strategy._log
+    if log is not None:
+        log.check()         # memory holds an operation the log lacks: never snapshot it
     # The log position is read BEFORE the state is captured: every insert logged up
     # to it was applied first (see ``logged``), so the snapshot holds it; inserts
     # racing the capture get later positions and are replayed on recovery (inserts
@@ -148,24 +163,52 @@ def publish_snapshot(strategy: "IndexStrategy", directory, fault=None) -> dict:
     meta, sections = strategy._snapshot_state()
     meta = dict(meta, options=strategy.opts, meta_size=strategy.meta_size, log_seq=log_seq)
     nbytes = write_snapshot(directory, strategy.name, meta, sections, fault=fault)
-    dropped = 0
+    dropped, trunc_error = 0, None
     if log is not None and os.path.samefile(log.directory, directory):
         prev = snapshot_log_seq(directory, previous=True)
         if prev:
-            dropped = log.truncate_through(prev)
-    return {"bytes": nbytes, "seconds": time.perf_counter() - t0, "log_bytes_dropped": dropped}
+            try:
+                dropped = log.truncate_through(prev)
+            except StoreError as e:     # the snapshot stands; the log just stays longer
+                trunc_error = str(e)
+    return {"bytes": nbytes, "seconds": time.perf_counter() - t0, "log_bytes_dropped": dropped,
+            "log_truncate_error": trunc_error}
+
+
+class _Flag:
+    on = False
+    pre_cap: int | None = None
+
+
+#: set while :func:`replay` runs: what the store shows then is ahead of the log
+REPLAYING = _Flag()
 
 
 def replay(strategy: "IndexStrategy", records) -> int:
-    """Apply the inserts of ``records`` (from :func:`~prefixbench.snapshot.read_log`);
-    returns how many.  Called before any log is attached, so nothing is re-logged."""
+    """Apply the inserts, removes and clears of ``records`` (from
+    :func:`~prefixbench.snapshot.read_log`); returns how many.  Called before any
+    log is attached, so nothing is re-logged."""
+    REPLAYING.on = True
+    try:
+        return _replay(strategy, records)
+    finally:
+        REPLAYING.on = False
+
+
+def _replay(strategy, records) -> int:
     n = 0
     for _seq, ids, metas, _end in records:
         if ids is None:
             continue                        # covered by the snapshot
-        op, worker, ids, metas = decode_record(ids, metas)
+        op, worker, ids, metas, arg = decode_record(ids, metas)
         if op == OP_INSERT:
             strategy.insert(ids, metas, worker)
+        elif op == OP_INSERT_PRE:
+            REPLAYING.pre_cap = arg
+            try:
+                strategy.insert(ids, metas, worker)
+            finally:
+                REPLAYING.pre_cap = None
         elif op == OP_REMOVE:
             strategy.remove(ids, worker)
         elif op == OP_CLEAR:

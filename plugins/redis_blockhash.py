@@ -26,6 +26,11 @@ Decisions where the issue is silent:
   entry whose value is not ``meta_size`` bytes is one error naming the key.
 - ``insert_known_prefix`` writes blocks ``known..n`` without looking them up
   (the bulk builds vouch for the rest), as ``ssd-blockhash`` does.
+- ``remove`` (one location, ``max_workers = 1``) takes the blocks out of the
+  table and deletes them from the store in one batch before it returns, under
+  the insert lock: the store never holds a block the table lost, so the
+  rebuild after a crash cannot bring an acknowledged remove back.  ``clear``
+  empties the table and deletes every stored entry (scanned in chunks).
 """
 from __future__ import annotations
 
@@ -36,7 +41,8 @@ from prefixbench import twins
 from prefixbench.errors import ConfigError, StoreError
 from prefixbench.hookspecs import hookimpl
 from prefixbench.phases import ENCODE, ROUTING
-from prefixbench.plugins.strategy import META_SIZE, IndexStrategy, Match, Option, as_block_ids, as_metas
+from prefixbench.plugins.strategy import (META_SIZE, IndexStrategy, Match, Option, as_block_ids,
+                                          as_metas, check_worker)
 
 _blockhash = twins.load("prefixbench.plugins._blockhash")
 
@@ -50,6 +56,7 @@ class RedisBlockHashStrategy(IndexStrategy):
     needs_store = True
     exact = True
     gil_free_parts = ("table probe (match)", "table insert")
+    supports_remove = True
     options = {
         "initial_capacity": Option(1024, "entries that fit before the first rehash", min=0,
                                    max=1 << 40),
@@ -68,6 +75,7 @@ class RedisBlockHashStrategy(IndexStrategy):
                                                 self.opts["max_load"])
         self._insert_lock = _phases.TimedLock()
         self._uploaded = 0
+        self._remove_noops = 0
 
     def match(self, block_ids: np.ndarray) -> Match:
         return _phases.timed_call(ROUTING, self._table.match, block_ids)
@@ -92,6 +100,35 @@ class RedisBlockHashStrategy(IndexStrategy):
             return
         with self._insert_lock:
             self._upload(ids, m, np.arange(known, len(ids)))
+
+    def remove(self, block_ids: np.ndarray, worker: int | None = None) -> int:
+        ids, _w = self._removal_args(block_ids, worker)
+        if not len(ids):
+            return 0
+        with self._insert_lock:
+            found, _ = self._table.lookup(ids)
+            gone = np.unique(ids[found])
+            removed = self._table.remove(gone) if len(gone) else 0
+            if len(gone):
+                self.store.write_items((), gone.tolist())
+            self._uploaded -= removed
+            self._remove_noops += len(ids) - removed
+        return removed
+
+    def clear(self, worker: int | None = None) -> None:
+        check_worker("strategy redis-blockhash.clear", worker, self.max_workers, True)
+        with self._insert_lock:
+            self._table.clear()
+            while True:
+                chunk = []
+                for k, _v in self.store.scan(0):
+                    chunk.append(k)
+                    if len(chunk) == 65536:
+                        break
+                if not chunk:
+                    break
+                self.store.write_items((), chunk)
+            self._uploaded = 0
 
     def _upload(self, ids: np.ndarray, metas: np.ndarray, positions: np.ndarray) -> None:
         """Store the blocks at ``positions`` (first occurrence of each id), then index them."""
@@ -160,7 +197,7 @@ class RedisBlockHashStrategy(IndexStrategy):
             "entries": len(t), "memory_bytes": t.nbytes, "capacity": t.capacity,
             "matches": m, "probes_per_match": c["lookups"] / m if m else 0.0,
             "store_reads_per_match": 0.0, "stored_block_entries": len(t),
-            "uploaded_entries": self._uploaded,
+            "uploaded_entries": self._uploaded, "remove_noops": self._remove_noops,
         }
 
 

@@ -43,6 +43,10 @@ same window (the halved sizes) is fallback, timed by the engine; decoding and
 verifying records, and the probe loop that chooses the next size, are verify;
 an insert's record encoding is encode and its wait for the insert lock is lock.
 One switch per store call or per window, never per block.
+
+Removal and workers: the tombstone and location tables of
+:mod:`prefixbench.plugins.removal` (records are never rewritten by a remove;
+``max_workers = 64``; a remove costs 5-20 us per call here, no store access).
 """
 from __future__ import annotations
 
@@ -64,6 +68,7 @@ from prefixbench.plugins.strategy import (
     as_block_ids,
     as_metas,
 )
+from prefixbench.plugins.removal import TombstoneOverlay
 
 __all__ = ["SegmentHashStrategy", "HASH_KEY_SPACE", "record_keys", "record_spans",
            "encode_records", "encode_records_py"]
@@ -100,7 +105,7 @@ encode_records = _segment_hash.encode_records
 encode_records_py = twins.reference("prefixbench.plugins._segment_hash").encode_records
 
 
-class SegmentHashStrategy(IndexStrategy):
+class SegmentHashStrategy(TombstoneOverlay):
     """Segments keyed by the query's chained block IDs; halved sizes on a miss."""
 
     name = "segment-hash"

@@ -27,6 +27,12 @@ fit), ``replan_every`` (K).  Decisions where the issue is silent:
   thousand positions costs well under a millisecond, and until the first plan
   every insert keeps its ``end`` state, the costly part); before its first
   plan it keeps the ``end`` state (nothing is known yet);
+* removal and workers are the tree's (``max_workers = 64``, exact counts):
+  ``remove`` clears availability in the tree and a match stops at the first
+  block no worker holds, so a checkpoint past a removed block serves nothing
+  until the block is inserted again; checkpoints themselves are kept (they
+  name prefixes, and re-inserting the prefix makes them valid again), and
+  snapshots carry the tree's availability;
 * ``boundary`` checkpoints the end of the prompt matched just before an insert
   of the same sequence (on the same thread) and the end of the sequence:
   the turn boundaries the request stream shows.
@@ -45,7 +51,7 @@ from prefixbench.plugins import placement as P
 from prefixbench.plugins.models import MODELS, get_model
 from prefixbench.plugins.radix import RadixTree
 from prefixbench.plugins.strategy import (META_SIZE, IndexStrategy, Match, Option, as_block_ids,
-                                          as_metas)
+                                          as_metas, check_worker)
 from prefixbench.units import parse_size
 
 __all__ = ["SparseStateStrategy"]
@@ -56,6 +62,8 @@ class SparseStateStrategy(IndexStrategy):
 
     name = "sparse-state"
     exact = False
+    supports_remove = True
+    max_workers = 64
     gil_free_parts = ("tree walk (match)", "tree insert", "placement solve")
     options = {
         "policy": Option("dp", "checkpoint policy: dp, block:B, end, uniform[:M], boundary, "
@@ -107,13 +115,23 @@ class SparseStateStrategy(IndexStrategy):
                 self._hist[n] += 1.0
         k = self._ckpt.deepest(ids, n) if n else 0
         self._local.last = (ids, k)
-        return Match(k, m.metas[:k])
+        return Match(k, m.metas[:k], m.locations[:k])
 
-    def insert(self, block_ids: np.ndarray, metas: np.ndarray) -> None:
+    def remove(self, block_ids: np.ndarray, worker: int | None = None) -> int:
+        ids, w = self._removal_args(block_ids, worker)
+        return _phases.timed_call(ROUTING, self._tree.remove, ids, w)
+
+    def clear(self, worker: int | None = None) -> None:
+        self._tree.clear(check_worker("strategy sparse-state.clear", worker, self.max_workers,
+                                      True))
+
+    def insert(self, block_ids: np.ndarray, metas: np.ndarray, worker: int = 0) -> None:
+        if worker != 0:
+            check_worker("strategy sparse-state", worker, self.max_workers, False)
         ids = as_block_ids(block_ids)
         n = len(ids)
         metas = as_metas(metas, n, self.meta_size)
-        _phases.timed_call(ROUTING, self._tree.insert, ids, metas)
+        _phases.timed_call(ROUTING, self._tree.insert, ids, metas, worker)
         if n == 0:
             return
         resume, prompt_end = 0, 0
@@ -171,7 +189,8 @@ class SparseStateStrategy(IndexStrategy):
 
     def _restore_state(self, meta, sections):
         self._tree.restore(sections["scalars"], sections["nodes"], sections["keys"],
-                           sections["metas"], sections["slots"])
+                           sections["metas"], sections["slots"], sections.get("avail"),
+                           sections.get("planes"))
         self._ckpt.add_many(np.asarray(sections["checkpoints"], dtype=np.uint64))
         self._hist = np.array(sections["histogram"], dtype=np.float64)
         plan = np.asarray(sections["plan"], dtype=np.int64)
@@ -186,7 +205,8 @@ class SparseStateStrategy(IndexStrategy):
                 "checkpoints_per_insert": self._placed / self._inserts if self._inserts else 0.0,
                 "checkpoint_state_bytes": n_ck * self.model.state_bytes,
                 "budget": self.budget, "replans": self._replans,
-                "memory_bytes": t.nbytes + self._ckpt.nbytes, "store_reads_per_match": 0.0}
+                "memory_bytes": t.nbytes + self._ckpt.nbytes, "store_reads_per_match": 0.0,
+                "remove_noops": t.remove_noops}
 
 
 @hookimpl

@@ -306,7 +306,7 @@ class IndexStrategy(abc.ABC):
         own = cls.__dict__
         if "insert" in own and "worker" not in inspect.signature(own["insert"]).parameters:
             cls.insert = _accepting_worker(own["insert"])
-        if cls.uses_insert_log and "insert" in own:
+        if cls.uses_insert_log and "insert" in own and not cls._logs_own_inserts:
             cls.insert = _recovery.logged(cls.__dict__["insert"])
         for op in ("remove", "clear"):
             if op in own:
@@ -316,6 +316,9 @@ class IndexStrategy(abc.ABC):
     #: tombstone overlay of :mod:`prefixbench.plugins.removal`): durable mode then
     #: logs removes, clears and the inserts made while tombstones exist
     logs_removes: ClassVar[bool] = False
+    #: True where ``insert`` appends its own log records (the removal overlay's,
+    #: which carry what the insert found), so the plain insert wrapper stays off
+    _logs_own_inserts: ClassVar[bool] = False
 
     def enable_log(self, directory, sync: bool = True) -> bool:
         """Durable mode for log-keeping strategies: every insert (and remove and
