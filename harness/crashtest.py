@@ -17,9 +17,14 @@ One iteration (seed ``s``):
    metadata it was first inserted with; (b) no match - of the acknowledged
    requests and of the next few, possibly half-done ones - returns a block
    that was never inserted or metadata that was never written for it;
-   (c) recovery itself did not fail.  What recovery fell back to (a corrupt
-   snapshot, a log replay) comes back as notes, printed with the iteration's
-   line.
+   (c) recovery itself did not fail; (d) with removals (``remove_every``, on
+   by default for strategies with ``supports_remove``: every Nth request
+   also removes the second half of the previous request's blocks before it
+   is acknowledged) no match returns a block whose acknowledged remove was
+   not followed by an acknowledged insert (``removed_served``), and (a)
+   expects each acknowledged sequence only up to its first removed block.
+   What recovery fell back to (a corrupt snapshot, a log replay) comes back
+   as notes, printed with the iteration's line.
 
 ``sarp`` runs with ``max_retrieval=0`` here: with a retrieval budget it may
 legitimately return a shorter prefix, which (a) could not tell from a loss.
@@ -58,6 +63,9 @@ class CrashSpec:
     snapshot_every: int = 50
     max_kill_ms: int = 3000
     durability: str = "sync"
+    #: every Nth request also removes the second half of the previous request's blocks
+    #: (strategies with ``supports_remove``; 0 = no removals)
+    remove_every: int = 4
 
 
 def _workload(cfg: dict):
@@ -73,6 +81,14 @@ def _requests(cfg: dict):
     for j, req in enumerate(wl.requests()):
         if j >= skip:
             yield req
+
+
+def _removed_ids(cfg: dict, i: int, prev):
+    """The blocks request ``i`` removes after its insert (None for most requests)."""
+    every = cfg.get("remove_every") or 0
+    if not every or prev is None or i % every != every - 1:
+        return None
+    return np.ascontiguousarray(prev[len(prev) // 2:], dtype=np.uint64)
 
 
 def _open(cfg: dict, create: bool):
@@ -97,10 +113,15 @@ def _child_main() -> None:
     sys.stdout.write("ready\n")
     sys.stdout.flush()
     every = cfg["snapshot_every"]
+    prev = None
     for i, req in enumerate(_requests(cfg)):
         strat.match(req.match_ids)
         ids = req.insert_ids
         strat.insert(ids, make_metas(ids, i, strat.meta_size))
+        gone = _removed_ids(cfg, i, prev)
+        if gone is not None:
+            strat.remove(gone)
+        prev = ids
         ack.write(f"{i}\n".encode())
         ack.flush()
         os.fsync(ack.fileno())
@@ -131,7 +152,7 @@ def _verify_main() -> None:
     with open(sys.argv[1]) as f:
         cfg = json.load(f)
     out = {"acked": 0, "lost": 0, "false": 0, "checked_blocks": 0, "error": None,
-           "source": None}
+           "source": None, "removes": 0, "removed_served": 0}
     try:
         n_ack = _read_acks(cfg["ack_log"])
         out["acked"] = n_ack
@@ -145,37 +166,59 @@ def _verify_main() -> None:
         out["error"] = f"{type(e).__name__}: {e}"
         print(json.dumps(out))
         return
-    first: dict[int, bytes] = {}     # block -> metadata of its first (acknowledged) insert
+    first: dict[int, bytes] = {}     # available block -> metadata of its (acknowledged) insert
     maybe: dict[int, set] = {}       # blocks of the possibly half-done requests after them
+    removed: set = set()             # blocks whose acknowledged remove no insert undid
+    maybe_gone: set = set()          # blocks the request in flight may have removed
     reqs = []
+    prev = None
     for i, req in enumerate(_requests(cfg)):
         if i >= n_ack + EXTRA_QUERIES:
             break
         ids = req.insert_ids
         metas = make_metas(ids, i, strat.meta_size)
+        gone = _removed_ids(cfg, i, prev)
+        prev = ids
         if i < n_ack:
             for b, m in zip(ids.tolist(), metas):
-                first.setdefault(b, m.tobytes())
-        elif i == n_ack:             # the request in flight may be (partly) inserted
+                if b not in first:
+                    first[b] = m.tobytes()
+                    removed.discard(b)
+            if gone is not None:
+                out["removes"] += 1
+                for b in gone.tolist():
+                    if first.pop(b, None) is not None:
+                        removed.add(b)
+        elif i == n_ack:             # the request in flight may be (partly) done
             for b, m in zip(ids.tolist(), metas):
                 if b not in first:
                     maybe.setdefault(b, set()).add(m.tobytes())
+            if gone is not None:
+                maybe_gone.update(gone.tolist())
         reqs.append((i, req))
     for i, req in reqs:
         ids = req.insert_ids
-        if i < n_ack:                # (a) acknowledged: the whole sequence, first metadata
-            m = strat.match(ids)
-            want = [first[b] for b in ids.tolist()]
+        if i < n_ack:                # (a) acknowledged: the sequence up to its first removed
+            m = strat.match(ids)     #     block, each block with its metadata
+            need = 0
+            for b in ids.tolist():
+                if b not in first or b in maybe_gone:
+                    break
+                need += 1
+            want = [first[b] for b in ids.tolist()[:need]]
             got = [bytes(x) for x in np.asarray(m.metas)]
-            if m.n_blocks < len(ids) or got[:len(ids)] != want:
+            if m.n_blocks < need or got[:need] != want:
                 out["lost"] += 1
-            out["checked_blocks"] += len(ids)
-        for q in (req.match_ids, ids):   # (b) nothing returned that was never inserted
-            m = strat.match(q)
+            out["checked_blocks"] += need
+        for q in (req.match_ids, ids):   # (b) nothing returned that was never inserted,
+            m = strat.match(q)           # (d) nor a block whose remove was acknowledged
             for b, meta in zip(q[:m.n_blocks].tolist(), np.asarray(m.metas)):
                 mb = bytes(meta)
                 if first.get(b) != mb and mb not in maybe.get(b, ()):
-                    out["false"] += 1
+                    if b in removed:
+                        out["removed_served"] += 1
+                    else:
+                        out["false"] += 1
     strat.close()
     print(json.dumps(out))
 
@@ -191,7 +234,11 @@ def run_iteration(strategy: str, engine: str, seed: int, spec: CrashSpec, root: 
     try:
         n_req = len(_workload({"workload": spec.workload,
                                "workload_options": spec.workload_options, "seed": seed}))
+        from prefixbench.registry import get_registry
+        removes = getattr(get_registry().get("strategy", strategy).factory, "supports_remove",
+                          False)
         cfg = {"strategy": strategy, "engine": engine, "seed": seed,
+               "remove_every": spec.remove_every if removes else 0,
                "strategy_options": CRASH_OPTIONS.get(strategy, {}),
                "workload": spec.workload, "workload_options": spec.workload_options,
                "offset": rng.randrange(max(1, n_req // 2)),
@@ -249,21 +296,25 @@ def run_crashtest(spec: CrashSpec, quiet: bool = True) -> list[dict]:
             for strategy in spec.strategies:
                 row = {"engine": engine, "strategy": strategy, "iterations": 0, "killed": 0,
                        "acked": 0, "checked_blocks": 0, "lost": 0, "false": 0,
+                       "removes": 0, "removed_served": 0,
                        "recovery_failures": 0, "failures": 0, "failing_seeds": []}
                 for k in range(spec.iterations):
                     seed = spec.seed + k
                     r = run_iteration(strategy, engine, seed, spec, root)
                     row["iterations"] += 1
                     row["killed"] += bool(r.get("killed"))
-                    for key in ("acked", "checked_blocks", "lost", "false"):
+                    for key in ("acked", "checked_blocks", "lost", "false", "removes",
+                                "removed_served"):
                         row[key] += r.get(key, 0)
-                    failed = bool(r.get("error")) or r.get("lost") or r.get("false")
+                    failed = (bool(r.get("error")) or r.get("lost") or r.get("false")
+                              or r.get("removed_served"))
                     row["recovery_failures"] += bool(r.get("error"))
                     if failed:
                         row["failures"] += 1
                         row["failing_seeds"].append(seed)
                         print(f"crashtest: FAILED {strategy} on {engine}, seed {seed}: "
                               f"lost {r.get('lost')}, false {r.get('false')}, "
+                              f"removed served {r.get('removed_served')}, "
                               f"error {r.get('error')}; reproduce with: prefixbench crashtest "
                               f"-s {strategy} -e {engine} --seed {seed} --iterations 1 "
                               f"-w {spec.workload} --max-kill-ms {spec.max_kill_ms} "
