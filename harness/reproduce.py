@@ -21,7 +21,8 @@ builds 2e5 entries; the report's conditions say so.
 
 ``reproduce range`` runs the payload restore at the Range paper's object
 counts (192, 768, 3,072, 6,144 and layerwise) with the payload scaled to this
-machine (64 MiB small, 1 GiB paper; the paper restores 6 GiB).
+machine (96 MiB small, 1.5 GiB paper, so every count splits into whole 4 KiB
+pages: 16 KiB and 256 KiB objects at 6,144; the paper restores 6 GiB).
 ``reproduce placement`` is the hook for the sparse-caching figures: it runs
 ``placement frontier`` into OUTDIR.
 """
@@ -96,8 +97,8 @@ EXPERIMENTS = {
     "range": (
         Experiment("range", ("range",), {
             "payload-range": _both(["payload", "--objects", "192,768,3072,6144,layerwise",
-                                    "--restores", "3"], ["--payload", "64MiB"],
-                                   ["--payload", "1GiB"]),
+                                    "--restores", "3"], ["--payload", "96MiB"],
+                                   ["--payload", "1536MiB"]),
         }),
     ),
     "placement": (
@@ -192,6 +193,8 @@ def reproduce(paper: str, outdir: str, *, scale: str = "small", figures: str | N
                 if limit and argv[0] in LIMITED:
                     argv += ["--limit", str(limit)]
                 code = _run_one([*argv, "-o", out], quiet)
+                if code == 130:             # the command was interrupted: stop them all
+                    raise KeyboardInterrupt
                 if code != 0:
                     ok = False
                     bar.write(f"reproduce: {exp.id}: `prefixbench {' '.join(argv)}` "
