@@ -484,6 +484,11 @@ def fig8(results, paper, opts):
             ours = [by[pv.series].get("recovery-rebuild").median]
         elif pv.measure == "snapshot-bytes" and pv.series in by:
             ours = [by[pv.series].get("snapshot-bytes").median]
+        elif pv.measure == "snapshot-share" and "/" in pv.series:
+            a, b = (x.strip() for x in pv.series.split("/"))
+            sa, sb = (by[x].get("snapshot-bytes") if x in by else None for x in (a, b))
+            if sa is not None and sb is not None and sb.median:
+                ours = [100 * sa.median / sb.median]
         comps.append(Comparison(pv, ours, note, judged=judged))
     for pv in paper.find("headline", measure="recovery-speedup"):
         ours = [by[b].get("recovery-index").median / by["sarp"].get("recovery-index").median
