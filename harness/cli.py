@@ -106,6 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "to FILE (.tsv for tabs)")
     p.add_argument("--no-runner", action="store_true",
                    help="skip the pyperf.Runner warmed-match benchmark (one replay only)")
+    p.add_argument("--force", action="store_true", help="run even when the pre-flight "
+                   "estimate says the workload's index will not fit in disk or memory")
     p.add_argument("--warm-fraction", type=float, default=0.5,
                    help="share of requests replayed before the warmed-match benchmark "
                    "(default: %(default)s)")
@@ -126,6 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_store_options(p)
     p.add_argument("--threads", default="1,2,4,8",
                    help="comma-separated thread counts (default: %(default)s)")
+    p.add_argument("--force", action="store_true", help="run even when the pre-flight "
+                   "estimate says the workload's index will not fit in disk or memory")
     p.add_argument("-o", "--output", help="pyperf JSON output (times; counts go to OUT.counts.json)")
 
     p = sub.add_parser("plugins", help="list every strategy, engine, workload and tokenizer plugin",
@@ -233,7 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default: 1)")
     g.add_argument("--force", action="store_true", help="--scale paper: run the full paper "
                    "size even where the pre-flight estimate of disk and memory says it does "
-                   "not fit")
+                   "not fit; other sizes: run even where the workload will not fit")
     g = p.add_argument_group("cap rule (segment-radix-capped)")
     g.add_argument("--cap-rule", metavar="RULE", help="paper: choose cap_fraction so its index "
                    "recovery is 0.96-1.96x sarp's (paper section 6.2); fixed: cap_nodes as "
@@ -288,13 +292,32 @@ def build_parser() -> argparse.ArgumentParser:
                        "logs each acknowledged insert; the parent kills it (SIGKILL) at a random "
                        "moment, recovers in a fresh process and checks that every acknowledged "
                        "insert matches with its metadata, no match returns a block never "
-                       "inserted, and recovery did not fail.")
-    p.add_argument("--strategy", "-s", action="append", required=True,
-                   help="strategy (repeatable)")
+                       "inserted, and recovery did not fail.  --kill-at kills inside the "
+                       "risky windows instead (snapshot publication steps, sarp's back-fill "
+                       "publish, packfile space reuse); --matrix runs every durable engine x "
+                       "every strategy.")
+    p.add_argument("--strategy", "-s", action="append", default=[],
+                   help="strategy (repeatable; required unless --matrix, which it restricts)")
     p.add_argument("--engine", "-e", action="append", default=[],
                    help="engine (repeatable; memory is volatile and refused)")
-    p.add_argument("--iterations", "-i", type=int, default=10, help="kill points per "
-                   "engine x strategy (default: %(default)s)")
+    p.add_argument("--iterations", "-i", type=int, default=None, help="kill points per "
+                   "engine x strategy (default: 10; 30 with --matrix)")
+    p.add_argument("--sarp-iterations", type=int, default=None, metavar="N",
+                   help="kill points per engine for sarp (default: --iterations; 200 with "
+                   "--matrix)")
+    p.add_argument("--kill-at", action="append", default=[], metavar="POINT[:N]",
+                   help="kill deterministically at the N-th time (default: drawn from the "
+                   "seed) the child reaches POINT: snapshot:temp-written, "
+                   "snapshot:temp-fsynced, snapshot:previous-kept, snapshot:renamed, "
+                   "snapshot:dir-fsynced, backfill:before-publish, backfill:after-publish, "
+                   "packfile:reuse, packfile:clean-before-commit, packfile:clean-after-commit, "
+                   "or all (repeatable; with several, iterations cycle through them and "
+                   "random kills)")
+    p.add_argument("--matrix", action="store_true", help="every durable engine x every "
+                   "strategy that runs on it (-e/-s restrict it), every kill point in turn "
+                   "unless --kill-at says which")
+    p.add_argument("--force", action="store_true", help="run even when the pre-flight "
+                   "estimate says the matrix will not fit in disk or memory")
     p.add_argument("--seed", type=int, default=0, help="seed of the first iteration")
     p.add_argument("--workload", "-w", default="codeact")
     p.add_argument("--workload-option", "-W", action="append", default=[], metavar="KEY=VALUE")
@@ -350,6 +373,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--work-dir", help="new or empty directory (default: a temporary one under "
                    "the current directory, removed afterwards)")
     p.add_argument("--json", help="write every restore and the summary as JSON here")
+    p.add_argument("--force", action="store_true", help="run even when the pre-flight "
+                   "estimate says the payload's copies will not fit in disk or memory")
     p.add_argument("--output", "-o", help="pyperf suite: restore seconds per path and point "
                    "here, read calls/bytes/host us per object in OUT.counts.json")
     p = sub.add_parser("placement", help="sparse prefix caching: checkpoint placement "
@@ -444,6 +469,10 @@ def cmd_run(args, leftover, argv, quiet):
         cache_bytes=parse_size("--cache-bytes", args.cache_bytes), direct_io=args.direct_io,
         durability=args.durability, store_dir=args.store_dir, limit=args.limit,
         warm_fraction=args.warm_fraction, breakdown=args.breakdown)
+    from prefixbench.harness import preflight
+    preflight.check_replay("run", [spec.strategy], spec.engine, spec.workload,
+                           spec.workload_options, cache_bytes=spec.cache_bytes,
+                           limit=spec.limit, work_dir=spec.store_dir, force=args.force)
     pool = _pool_config(args)
     if pool is not None:
         if leftover:
@@ -511,6 +540,10 @@ def cmd_scale(args, leftover, argv, quiet):
         engine_options=parse_kv("--engine-option", args.engine_option),
         cache_bytes=parse_size("--cache-bytes", args.cache_bytes), direct_io=args.direct_io,
         durability=args.durability, limit=args.limit)
+    from prefixbench.harness import preflight
+    preflight.check_replay("scale", [spec.strategy], spec.engine, spec.workload,
+                           spec.workload_options, cache_bytes=spec.cache_bytes,
+                           limit=spec.limit, force=args.force)
     rows = scaling.scale(spec, counts, quiet)
     from prefixbench.harness.reporting import table_of
     md = pyperf_io.run_metadata(spec.strategy, spec.engine, spec.workload, spec.config())
@@ -638,6 +671,11 @@ def cmd_sweep(args, leftover, argv, quiet):
         repeat=args.repeat, threads=args.threads, cap_rule=args.cap_rule,
         cap_entries=args.cap_entries, cap_recoveries=args.cap_recoveries,
         cap_cache=args.cap_cache, breakdown=args.breakdown, force=args.force)
+    if cfg.scale != "paper":             # --scale paper sizes itself to what fits
+        from prefixbench.harness import preflight
+        preflight.check_replay(f"sweep {args.kind}", cfg.strategies, cfg.engine, cfg.workload,
+                               cfg.workload_options, cache_bytes=cfg.cache_bytes or 0,
+                               limit=cfg.limit, force=cfg.force)
     result = sweeps.run_sweep(cfg, quiet=quiet)
     written = result.write(args.output) if args.output else None
     from prefixbench.harness.reporting import table_of
@@ -716,16 +754,41 @@ def cmd_crashtest(args, leftover, argv, quiet):
     from prefixbench.harness.build import parse_kv
     from prefixbench.harness.crashtest import CrashSpec, run_crashtest
 
-    if args.iterations < 1:
-        raise ConfigError(f"option --iterations: {args.iterations} must be >= 1")
-    spec = CrashSpec(strategies=args.strategy, engines=args.engine or ["lmdb"],
-                     iterations=args.iterations, seed=args.seed, workload=args.workload,
+    from prefixbench.harness import crashpoints
+    kill_at = crashpoints.parse_kill_at(args.kill_at)
+    iterations = args.iterations
+    if iterations is None:
+        iterations = crashpoints.MATRIX_ITERATIONS if args.matrix else 10
+    sarp_iterations = args.sarp_iterations
+    if sarp_iterations is None and args.matrix and args.iterations is None:
+        sarp_iterations = crashpoints.MATRIX_SARP_ITERATIONS
+    for option, n in (("--iterations", iterations), ("--sarp-iterations", sarp_iterations)):
+        if n is not None and n < 1:
+            raise ConfigError(f"option {option}: {n} must be >= 1")
+    if not args.matrix and not args.strategy:
+        raise ConfigError("option --strategy: give at least one strategy (or --matrix)")
+    cells = [(e, args.strategy) for e in args.engine or ["lmdb"]]
+    if args.matrix:
+        cells = crashpoints.matrix_cells(args.engine, args.strategy)
+        kill_at = kill_at or crashpoints.parse_kill_at(["all"])
+    spec = CrashSpec(strategies=list(dict.fromkeys(s for _e, ss in cells for s in ss)),
+                     engines=[e for e, _ss in cells],
+                     iterations=iterations, seed=args.seed, workload=args.workload,
                      workload_options=parse_kv("--workload-option", args.workload_option),
-                     snapshot_every=args.snapshot_every, max_kill_ms=args.max_kill_ms)
+                     snapshot_every=args.snapshot_every, max_kill_ms=args.max_kill_ms,
+                     kill_at=kill_at,
+                     strategy_iterations={"sarp": sarp_iterations} if sarp_iterations else {})
+    from prefixbench.harness.preflight import check_crashtest
+    check_crashtest(spec, force=args.force)
     if args.output:
         from prefixbench.harness.reporting import check_output
         check_output(args.output, "crashtest")
-    summary = run_crashtest(spec, quiet=quiet)
+    import dataclasses
+    summary = []
+    for engine, strategies in cells:         # a matrix row: the strategies that run there
+        if strategies:
+            summary += run_crashtest(dataclasses.replace(spec, engines=[engine],
+                                                         strategies=strategies), quiet=quiet)
     from prefixbench.harness import pyperf_io
     from prefixbench.harness.crashtest import crash_benchmarks
     from prefixbench.harness.reporting import table_of
@@ -733,6 +796,9 @@ def cmd_crashtest(args, leftover, argv, quiet):
     if args.output:
         pyperf_io.write_suite(args.output, benches)
     print(table_of(args.output, benches))
+    from prefixbench.harness.crashpoints import kill_point_lines
+    for line in kill_point_lines(summary):
+        print(line)
     if args.output and not quiet:
         print(f"wrote {args.output}")
     return 0 if all(r["failures"] == 0 for r in summary) else 3
@@ -793,12 +859,12 @@ def cmd_payload(args, leftover, argv, quiet):
                  pack_bytes=parse_size("--pack-bytes", args.pack_bytes),
                  layer_object=parse_size("--layer-object", args.layer_object))
     check_payload(objects=objects, paths=paths, restores=args.restores, cache_mode=args.cache,
-                  work_dir=args.work_dir, layers=args.layers, **sizes)
+                  work_dir=args.work_dir, layers=args.layers, force=args.force, **sizes)
     with progress(total, "restores", quiet, unit="restore") as bar:
         rows = run_payload(objects=objects, paths=paths, restores=args.restores,
                            cache_mode=args.cache, work_dir=args.work_dir,
                            progress=lambda r: bar.update(1), layers=args.layers,
-                           warmups=warm, **sizes)
+                           warmups=warm, force=args.force, **sizes)
     summ = summarize(rows)
     from prefixbench.harness.payload import payload_benchmarks
     from prefixbench.harness.reporting import table_of

@@ -63,6 +63,10 @@ class CrashSpec:
     snapshot_every: int = 50
     max_kill_ms: int = 3000
     durability: str = "sync"
+    #: deterministic kill points, ``[(point, nth or None)]`` (see harness.crashpoints)
+    kill_at: list = field(default_factory=list)
+    #: iterations of a strategy other than ``iterations`` (the matrix: sarp's)
+    strategy_iterations: dict = field(default_factory=dict)
     #: every Nth request also removes the second half of the previous request's blocks
     #: (strategies with ``supports_remove``; 0 = no removals)
     remove_every: int = 4
@@ -97,7 +101,8 @@ def _open(cfg: dict, create: bool):
     cls = get_registry().get("strategy", cfg["strategy"]).factory
     store = None
     if cls.needs_store:
-        store = open_engine(cfg["engine"], cfg["store_dir"], durability=cfg["durability"])
+        store = open_engine(cfg["engine"], cfg["store_dir"], durability=cfg["durability"],
+                            options=cfg.get("engine_options"))
     return cls, store
 
 
@@ -108,6 +113,8 @@ def _child_main() -> None:
         cfg = json.load(f)
     cls, store = _open(cfg, True)
     strat = cls(store, cfg["strategy_options"])
+    from prefixbench.harness.crashpoints import arm
+    arm(cfg, strat, store)
     strat.enable_log(cfg["snapshot_dir"], sync=True)
     ack = open(cfg["ack_log"], "ab")
     sys.stdout.write("ready\n")
@@ -228,7 +235,9 @@ def _py(entry: str, path: str, **kw) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", code, path], **kw)
 
 
-def run_iteration(strategy: str, engine: str, seed: int, spec: CrashSpec, root: str) -> dict:
+def run_iteration(strategy: str, engine: str, seed: int, spec: CrashSpec, root: str,
+                  kill_at=("random", None)) -> dict:
+    from prefixbench.harness import crashpoints
     rng = random.Random(f"{strategy}/{engine}/{seed}")
     work = tempfile.mkdtemp(prefix=f"crash-{seed}-", dir=root)
     try:
@@ -245,13 +254,17 @@ def run_iteration(strategy: str, engine: str, seed: int, spec: CrashSpec, root: 
                "store_dir": os.path.join(work, "store"),
                "snapshot_dir": os.path.join(work, "snapshot"),
                "ack_log": os.path.join(work, "acks.log"),
-               "snapshot_every": spec.snapshot_every, "durability": spec.durability}
+               "snapshot_every": spec.snapshot_every, "durability": spec.durability,
+               "engine_options": crashpoints.CRASH_ENGINE_OPTIONS.get(engine),
+               "kill_at": list(kill_at), "kill_marker": os.path.join(work, "killed-at")}
         path = os.path.join(work, "cfg.json")
         with open(path, "w") as f:
             json.dump(cfg, f)
         child = _py("_child_main", path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         line = child.stdout.readline()
         delay = rng.uniform(0, spec.max_kill_ms / 1000.0)
+        if kill_at[0] != crashpoints.RANDOM:
+            delay = spec.max_kill_ms / 1000.0     # the child kills itself; this is the fallback
         killed = False
         if line.strip() == b"ready":
             t_end = time.monotonic() + delay
@@ -261,6 +274,9 @@ def run_iteration(strategy: str, engine: str, seed: int, spec: CrashSpec, root: 
                 child.send_signal(signal.SIGKILL)
                 killed = True
         _out, err = child.communicate()
+        reached = crashpoints.read_marker(cfg["kill_marker"])
+        if reached is not None:
+            killed = child.returncode == -signal.SIGKILL
         if not killed and child.returncode != 0:
             last = (err.decode(errors="replace").strip().splitlines() or ["?"])[-1]
             return {"seed": seed, "error": f"child failed before the kill: {last}", "acked": 0,
@@ -273,13 +289,15 @@ def run_iteration(strategy: str, engine: str, seed: int, spec: CrashSpec, root: 
                    "error": f"recovery process failed: {last}"}
         else:
             res = json.loads(vout.strip().splitlines()[-1])
-        res.update(seed=seed, killed=killed, kill_ms=round(delay * 1000))
+        res.update(seed=seed, killed=killed, kill_ms=round(delay * 1000),
+                   kill_point=reached or crashpoints.RANDOM)
         return res
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
 def run_crashtest(spec: CrashSpec, quiet: bool = True) -> list[dict]:
+    from prefixbench.harness import crashpoints
     from prefixbench.registry import get_registry
     reg = get_registry()
     for e in spec.engines:
@@ -298,11 +316,16 @@ def run_crashtest(spec: CrashSpec, quiet: bool = True) -> list[dict]:
                        "acked": 0, "checked_blocks": 0, "lost": 0, "false": 0,
                        "removes": 0, "removed_served": 0,
                        "recovery_failures": 0, "failures": 0, "failing_seeds": []}
-                for k in range(spec.iterations):
+                row.update(kill_at_tried=0, kill_at_reached=0)
+                for k in range(spec.strategy_iterations.get(strategy, spec.iterations)):
                     seed = spec.seed + k
-                    r = run_iteration(strategy, engine, seed, spec, root)
+                    point = crashpoints.point_for(spec.kill_at, strategy, engine, k, seed)
+                    r = run_iteration(strategy, engine, seed, spec, root, point)
                     row["iterations"] += 1
                     row["killed"] += bool(r.get("killed"))
+                    if point[0] != crashpoints.RANDOM:
+                        row["kill_at_tried"] += 1
+                        row["kill_at_reached"] += r.get("kill_point", "random") != "random"
                     for key in ("acked", "checked_blocks", "lost", "false", "removes",
                                 "removed_served"):
                         row[key] += r.get(key, 0)
@@ -318,10 +341,14 @@ def run_crashtest(spec: CrashSpec, quiet: bool = True) -> list[dict]:
                               f"error {r.get('error')}; reproduce with: prefixbench crashtest "
                               f"-s {strategy} -e {engine} --seed {seed} --iterations 1 "
                               f"-w {spec.workload} --max-kill-ms {spec.max_kill_ms} "
-                              f"--snapshot-every {spec.snapshot_every}", file=sys.stderr)
+                              f"--snapshot-every {spec.snapshot_every}"
+                              + (f" --kill-at {point[0]}:{point[1]}"
+                                 if point[0] != crashpoints.RANDOM else ""), file=sys.stderr)
                     elif not quiet:
+                        at = (f"killed at {r['kill_point']}" if r.get("kill_point", "random")
+                              != "random" else f"killed at {r.get('kill_ms')} ms")
                         print(f"crashtest: {strategy}/{engine} seed {seed}: ok "
-                              f"({r.get('acked')} acked, killed at {r.get('kill_ms')} ms, "
+                              f"({r.get('acked')} acked, {at}, "
                               f"recovered from {r.get('source')})", file=sys.stderr)
                     if failed or not quiet:
                         for note in r.get("notes", ()):     # what recovery fell back to
@@ -355,9 +382,11 @@ def crash_benchmarks(summary: list[dict], spec: CrashSpec) -> list:
 
 def format_summary(summary: list[dict]) -> str:
     head = ("engine", "strategy", "kill points", "killed", "acked inserts", "blocks checked",
-            "lost", "false matches", "recovery failures", "failing seeds")
+            "lost", "false matches", "recovery failures", "failing seeds", "kill-at reached")
     rows = [(r["engine"], r["strategy"], r["iterations"], r["killed"], r["acked"],
              r["checked_blocks"], r["lost"], r["false"], r["recovery_failures"],
-             ",".join(map(str, r["failing_seeds"][:10])) or "-") for r in summary]
+             ",".join(map(str, r["failing_seeds"][:10])) or "-",
+             f"{r.get('kill_at_reached', 0)}/{r.get('kill_at_tried', 0)}"
+             if r.get("kill_at_tried") else "-") for r in summary]
     from prefixbench.reports.tables import format_table
     return format_table(head, rows)

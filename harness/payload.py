@@ -453,10 +453,12 @@ def _round_order(points, paths, r):
 
 
 def check_payload(payload_bytes, objects, paths, restores, stripe, hit_bytes, cache_mode,
-                  pack_bytes, work_dir, layers, layer_object) -> tuple[list, list]:
+                  pack_bytes, work_dir, layers, layer_object, force=False) -> tuple[list, list]:
     """Every option of :func:`run_payload` checked - one :class:`ConfigError` line for
     the first bad one, before anything is written; returns the parsed object counts
-    and the sweep's points."""
+    and the sweep's points.  Then the pre-flight: the payload must fit on the disk
+    of the work directory and in memory (:mod:`prefixbench.harness.preflight`),
+    unless ``force``."""
     objects = _parse_objects(objects)
     _check(payload_bytes, objects, stripe, hit_bytes, restores, cache_mode, layers,
            layer_object)
@@ -471,14 +473,19 @@ def check_payload(payload_bytes, objects, paths, restores, stripe, hit_bytes, ca
     if work_dir is not None and os.path.exists(work_dir) and (
             not os.path.isdir(work_dir) or os.listdir(work_dir)):
         raise ConfigError(f"payload work dir {work_dir}: must be a new or empty directory")
-    return objects, _points(payload_bytes, objects, hit_bytes, layers, layer_object)
+    points = _points(payload_bytes, objects, hit_bytes, layers, layer_object)
+    from prefixbench.harness import preflight
+    preflight.check_payload(payload_bytes, paths, len({p.size for p in points}), pack_bytes,
+                            work_dir=work_dir, force=force)
+    return objects, points
 
 
 def run_payload(payload_bytes: int = 1 << 30, objects=DEFAULT_OBJECTS, paths=DEFAULT_PATHS,
                 restores: int = 3, stripe: int = 32 << 20, hit_bytes: int | None = None,
                 cache_mode: str = "direct", pack_bytes: int = 1 << 30, work_dir: str | None = None,
                 seed: int = 0, progress=None, layers: int = 32, layer_object: int = 1 << 20,
-                warmup: bool = True, warmups: list | None = None) -> list[Restore]:
+                warmup: bool = True, warmups: list | None = None,
+                force: bool = False) -> list[Restore]:
     """Run the sweep; returns one :class:`Restore` per timed (path, point, restore), in
     run order.  ``warmups``, if a list, receives the untimed warm-up restores (one per
     path and point, unverified; ``progress`` sees them too, with ``restore`` 0).
@@ -487,7 +494,8 @@ def run_payload(payload_bytes: int = 1 << 30, objects=DEFAULT_OBJECTS, paths=DEF
     removed afterwards); every path's files are removed at the end.
     """
     objects, points = check_payload(payload_bytes, objects, paths, restores, stripe, hit_bytes,
-                                    cache_mode, pack_bytes, work_dir, layers, layer_object)
+                                    cache_mode, pack_bytes, work_dir, layers, layer_object,
+                                    force)
     own = work_dir is None
     if own:
         work_dir = tempfile.mkdtemp(prefix="prefixbench-payload-", dir=os.getcwd())

@@ -205,3 +205,117 @@ def fmt_gib(n: float) -> str:
     if g >= 1e6:
         return f"{g:.3g} GiB"
     return f"{g:,.1f} GiB" if g >= 0.1 else f"{n / (1 << 20):,.0f} MiB"
+
+
+#: the crash workload's blocks are replayed at most this many times per iteration store
+CRASH_STORE_MARGIN = 2.0
+
+
+def crashtest_need(spec, work_dir: str | None = None) -> Need:
+    """``crashtest``: iterations run one at a time, each on a fresh store that is
+    removed afterwards, so the largest single store (and a snapshot and insert log
+    of the in-memory state) is what must fit, beside a child and a checker process."""
+    entries = int(workload_entries(spec.workload, spec.workload_options) * CRASH_STORE_MARGIN)
+    disk = mem = 0.0
+    for engine in spec.engines:
+        for s in spec.strategies:
+            store = _needs_store(s)
+            snap = entries * MEMORY_BYTES_PER_BLOCK.get(s, DEFAULT_MEMORY_BYTES_PER_BLOCK)
+            log = entries * (8 + 16) if s in ("radix", "dram-blockhash", "segment-radix") else 0
+            disk = max(disk, store_disk_bytes(s, engine, entries, needs_store=store)
+                       + 2 * snap + log)
+            mem = max(mem, strategy_memory_bytes(s, engine, entries, needs_store=store))
+    return Need(disk, BASE_RSS * 3 + 2 * mem, existing_dir(work_dir or tempfile.gettempdir()),
+                {"store": disk, "index": mem})
+
+
+def check_crashtest(spec, *, force: bool = False, free: Free | None = None) -> None:
+    """Refuse a crash run whose one iteration cannot fit (name what to lower)."""
+    if force:
+        return
+    need = crashtest_need(spec)
+    what = "crashtest --matrix" if len(spec.engines) * len(spec.strategies) > 1 else "crashtest"
+    check(f"{what} on workload {spec.workload}", need,
+          "the workload (-W sessions=...) or the engines and strategies (-e/-s)", free=free)
+
+
+# --------------------------------------------------------------------- other long builds
+def workload_entries(name: str, options: dict) -> int:
+    """About how many unique blocks workload ``name`` indexes, without generating it.
+
+    Synthetic profiles: sessions (``sessions=``, ``scale=``, ``preset=paper``) times
+    the profile's measured unique blocks per session, stretched by ``length_scale``
+    and by a block size under 16.  Readers of a file: its requests' blocks (the file
+    is read once; it bounds the index).  Unknown plugins: their requests' blocks.
+    """
+    from prefixbench.workloads import profiles
+    if name in profiles.BLOCKS_PER_SESSION:
+        def num(key, kind, default):
+            try:
+                v = kind(options.get(key, default))
+            except (TypeError, ValueError):
+                return default             # the workload itself names the bad value
+            return v if v == v and v not in (float("inf"), float("-inf")) else default
+        sessions = profiles.PROFILES[name].sessions
+        if options.get("preset") == "paper":
+            sessions = profiles.paper_sessions(name)
+        sessions = num("sessions", int, sessions)
+        sessions = max(1, round(sessions * num("scale", float, 1.0)))
+        stretch = max(1.0, num("length_scale", float, 1.0)) * max(1.0, 16 / max(
+            1, num("block_size", int, 16)))
+        return int(sessions * profiles.BLOCKS_PER_SESSION[name] * stretch)
+    from prefixbench.harness.bench import make_workload
+    wl = make_workload(name, dict(options))
+    n = getattr(wl, "n_blocks", None)
+    if n is None:
+        n = sum(len(r.insert_ids) for r in wl.requests())
+    return int(n)
+
+
+def check_replay(what: str, strategies, engine, workload: str, workload_options: dict, *,
+                 cache_bytes: int = 0, limit: int | None = None, force: bool = False,
+                 work_dir: str | None = None, free: Free | None = None) -> Need | None:
+    """``scale``, ``run``, a sweep at its given size: replays of one workload on a fresh
+    store per setting beside the radix oracle.  Refuses with the line naming the
+    workload's size knob; returns the estimate (None with ``force``)."""
+    if force:
+        return None
+    entries = workload_entries(workload, workload_options)
+    if limit is not None and workload not in ("mooncake", "mooncake-synthetic"):
+        entries = min(entries, int(limit * 64 * 4))     # a request adds at most a few windows
+    need = sweep_need(entries, list(strategies), engine, cache_bytes=cache_bytes,
+                      work_dir=work_dir)
+    check(f"{what} on workload {workload} (about {entries:,} blocks)", need,
+          "the workload (-W sessions=... or a smaller trace) or --limit", free=free)
+    return need
+
+
+#: bytes a payload path writes per payload byte (engines: their amplification)
+PAYLOAD_PATH_AMPLIFICATION = {"seq": 1.0, "files": 1.05, "stripes": 1.1}
+
+
+def payload_need(payload_bytes: int, paths, sizes: int, pack_bytes: int,
+                 work_dir: str | None = None) -> Need:
+    """``payload``: every path writes the payload before any restore (seq and stripes
+    once, files and each engine once per object size), and the process holds the
+    payload and the restore destination (two payloads) in memory."""
+    disk = 0.0
+    for p in paths:
+        copies = 1 if p in ("seq", "stripes") else max(1, sizes)
+        amp = PAYLOAD_PATH_AMPLIFICATION.get(p, ENGINE_AMPLIFICATION.get(p, DEFAULT_AMPLIFICATION))
+        disk += copies * payload_bytes * amp
+        if p in ("stripes", "packfile"):
+            disk += copies * pack_bytes          # a partly filled last pack is allocated whole
+    memory = BASE_RSS + 2.0 * payload_bytes
+    return Need(disk, memory, existing_dir(work_dir or os.getcwd()),
+                {"payload": payload_bytes, "paths": len(paths)})
+
+
+def check_payload(payload_bytes: int, paths, sizes: int, pack_bytes: int, *,
+                  work_dir: str | None = None, force: bool = False,
+                  free: Free | None = None) -> None:
+    if force:
+        return
+    need = payload_need(payload_bytes, paths, sizes, pack_bytes, work_dir)
+    check(f"payload --payload {payload_bytes:,} bytes over {len(paths)} paths", need,
+          "--payload, the object counts (--objects) or --paths", free=free)
