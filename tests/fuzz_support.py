@@ -57,3 +57,14 @@ def one_line(e: BaseException) -> str:
     msg = str(e)
     assert msg and "\n" not in msg and "\r" not in msg, repr(msg)
     return msg
+
+
+_COUNTS: dict = {}
+
+
+def counted(target: str) -> None:
+    """Count one input of ``target``; the long run (``-s``) prints a line every 1,000."""
+    n = _COUNTS[target] = _COUNTS.get(target, 0) + 1
+    if os.environ.get("PREFIXBENCH_FUZZ") and n % 1000 == 0:
+        import sys
+        print(f"fuzz: {target}: {n} inputs", file=sys.stderr, flush=True)

@@ -14,7 +14,7 @@ from hypothesis import given, strategies as st
 from prefixbench.errors import ConfigError, TraceFormatError, UnknownPluginError
 from prefixbench.units import MAX_SIZE, parse_size
 
-from fuzz_support import fuzz_settings, one_line, time_box
+from fuzz_support import counted, fuzz_settings, one_line, time_box
 
 _UNITS = ["", "b", "B", "k", "K", "kb", "KiB", "ki", "m", "MB", "MiB", "Mi", "g", "G", "GiB",
           "t", "TB", "TiB", "ib", "x", "e3", "EiB", "PB"]
@@ -34,6 +34,7 @@ _SIZE_TEXT = st.one_of(
 @fuzz_settings()
 @given(_SIZE_TEXT)
 def test_parse_size_never_escapes(text):
+    counted("parse_size")
     with time_box():
         try:
             n = parse_size("--cache-bytes", text)
@@ -76,6 +77,7 @@ _VALUE = st.one_of(st.text(max_size=30), st.integers(-2 ** 70, 2 ** 70).map(str)
 @fuzz_settings()
 @given(st.sampled_from(sorted(SPECS)), st.data())
 def test_strategy_options_never_escape(strategy, data):
+    counted("strategy options")
     from prefixbench.plugins.strategy import parse_options
     spec = SPECS[strategy]
     keys = sorted(spec) + ["no_such_option"]
@@ -136,6 +138,7 @@ def hash_file(tmp_path_factory):
 @fuzz_settings()
 @given(name=st.sampled_from(sorted(_WORKLOAD_KEYS)), data=st.data())
 def test_workload_options_never_escape(chat_file, hash_file, monkeypatch, name, data):
+    counted("workload options")
     """Options as ``-W KEY=VALUE`` gives them (strings), the file paths kept valid
     half of the time so the other options are reached."""
     from prefixbench.harness.bench import make_workload
@@ -160,6 +163,7 @@ def test_workload_options_never_escape(chat_file, hash_file, monkeypatch, name, 
 @fuzz_settings()
 @given(st.lists(st.text(max_size=20), max_size=5))
 def test_parse_kv_never_escapes(items):
+    counted("KEY=VALUE")
     from prefixbench.harness.build import parse_kv
     try:
         out = parse_kv("--workload-option", items)
@@ -173,6 +177,7 @@ def test_parse_kv_never_escapes(items):
 @given(st.one_of(st.text(max_size=30), _NUM,
                  st.builds(lambda n, u: f"{n}{u}", _NUM, st.sampled_from(["", "k", "M", "g", "x"]))))
 def test_parse_count_never_escapes(text):
+    counted("parse_count")
     from prefixbench.harness.recovery import parse_count
     try:
         n = parse_count("--entries", text)
