@@ -46,7 +46,8 @@ cleaned: its live records are copied (one committed relocation batch) and
 the pack reused.  One empty pack (or one not yet created, under
 ``max_packs``) is kept as the cleaning destination; when neither new packs
 nor cleaning can make room, the batch fails with "pack area full" and
-nothing stored changes.
+nothing stored changes.  ``size_on_disk`` counts allocated blocks, so it
+includes the preallocated packs.
 
 **Device faults.**  Pack reads and writes, fsyncs, the key log and the
 checkpoint go through :mod:`prefixbench.faults` (component ``"packfile"``).
@@ -67,8 +68,7 @@ the store does not open.  In ``index.log`` only what a cut append leaves is
 a torn tail (a prefix of the next frame, bytes that are not its header, or
 zeros) and cut off; a committed frame that fails its checks - a flipped
 byte - is one line and the store does not open, since cutting there would
-drop acknowledged batches.  ``size_on_disk`` counts allocated blocks, so it
-includes the preallocated packs.
+drop acknowledged batches.
 
 There is no engine-side cache: ``cache_bytes`` is not used, every ``get``
 is a device read (the point of the engine).  Batch reads coalesce records
