@@ -410,6 +410,8 @@ def build_parser() -> argparse.ArgumentParser:
     reproduce.add_command(sub, COMMANDS)
     from prefixbench.harness import events        # events record/publish/replay/bench; hash
     events.add_commands(sub, COMMANDS)
+    from prefixbench.harness import arrival       # open-loop arrival at trace timestamps
+    arrival.add_commands(sub, COMMANDS)
     return parser
 
 

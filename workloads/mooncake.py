@@ -100,6 +100,8 @@ class HashTraceWorkload(Workload):
         self.h0 = namespace_seed(self.namespace)
         #: prompts are ``input_length`` tokens (Bailian) instead of whole blocks
         self.input_lengths = name == "bailian"
+        #: seconds per trace ``timestamp`` unit: Mooncake counts milliseconds, Bailian seconds
+        self.time_unit = 1.0 if name == "bailian" else 1e-3
         self._load()
 
     def _load(self) -> None:
@@ -107,6 +109,7 @@ class HashTraceWorkload(Workload):
         sessions: list[int] = []
         turns: list[int] = []
         prompt_len: list[int] = []
+        stamps: list[float] = []
         chat_session: dict[int, int] = {}   # chat_id -> session (Alibaba traces)
         session_turns: list[int] = []
         lineno = 0
@@ -131,6 +134,10 @@ class HashTraceWorkload(Workload):
                                                "to read") from None
                     raw.append(_hash_ids(obj, where))
                     inp = _int_field(obj, "input_length", where)
+                    ts = obj.get("timestamp")
+                    stamps.append(float(ts) * self.time_unit
+                                  if isinstance(ts, (int, float)) and not isinstance(ts, bool)
+                                  else float("nan"))
                     whole = len(raw[-1]) * self.block_size
                     prompt_len.append(whole if inp is None or inp < 0 or not self.input_lengths
                                       else min(inp, whole))
@@ -166,6 +173,8 @@ class HashTraceWorkload(Workload):
         self._sessions = np.array(sessions, dtype=np.int64)
         self._turns = np.array(turns, dtype=np.int64)
         self._prompt = np.array(prompt_len, dtype=np.int64)
+        #: arrival time of each request in seconds (NaN where the line has none)
+        self.timestamps = np.array(stamps, dtype=np.float64)
 
     def requests(self) -> Iterator[Request]:
         """File order; ``match_ids == insert_ids`` (the trace has no output blocks)."""
