@@ -261,8 +261,11 @@ def cmd_reproduce(args, quiet=False, **_):
     reporting.write_atomic(out, html.render(built, rs, papers,
                                             f"prefixbench reproduce {args.paper}").encode(),
                            "reproduce")
+    tag = f"({args.paper} "                    # only the claims of the paper reproduced
     rows = [tuple(_text(c) for c in row) for row in html.summary(built, papers)]
-    print(format_table(("claim", "paper", "ours", "met"), rows))
+    rows = [r for r in rows if tag in r[0]]
+    if rows:
+        print(format_table(("claim", "paper", "ours", "met"), rows))
     print(f"wrote {out} ({len(built)} figures: {', '.join(f.id for f in built) or 'none'}) "
           f"in {time.perf_counter() - t0:.0f} s; "
           + ", ".join(f"{k} {v if isinstance(v, str) else f'{v:.0f} s'}"
