@@ -326,13 +326,15 @@ def iter_frames(path: str, stats: DecodeStats | None = None) -> Iterator[Frame]:
                 obj = next(up)
             except StopIteration:
                 break
-            except (ValueError, msgpack.UnpackException) as e:
+            except (ValueError, TypeError, msgpack.UnpackException) as e:
+                # TypeError: a map keyed by an array or a map (unhashable in Python)
                 raise TraceFormatError(f"{path}: frame {n + 1}: corrupt msgpack ({e})") from None
             if header is not None:
                 if isinstance(obj, dict):
                     continue                                  # closing summary
                 if (not isinstance(obj, list) or len(obj) < 4 or type(obj[0]) is not int
-                        or not isinstance(obj[3], bytes)):
+                        or not isinstance(obj[3], bytes)
+                        or (obj[1] is not None and type(obj[1]) is not int)):
                     raise TraceFormatError(f"{path}: frame {n + 1}: not a capture frame "
                                            "[seq, recv_ns, topic, payload, source]")
                 n += 1
@@ -379,6 +381,8 @@ def iter_batches(path: str, stats: DecodeStats | None = None, strict: bool = Fal
                 raise TraceFormatError(f"{where}: payload has bytes after its EventBatch") from None
             except (ValueError, msgpack.UnpackException) as e:
                 raise TraceFormatError(f"{where}: truncated msgpack payload ({e})") from None
+            except TypeError as e:          # a map keyed by an array or a map
+                raise TraceFormatError(f"{where}: corrupt msgpack payload ({e})") from None
         yield fr, decode_batch(obj, where, fr.number, stats, strict)
 
 
