@@ -29,7 +29,12 @@ One iteration (seed ``s``):
 ``sarp`` runs with ``max_retrieval=0`` here: with a retrieval budget it may
 legitimately return a shorter prefix, which (a) could not tell from a loss.
 A failing iteration prints the command that reproduces it
-(``--seed s --iterations 1``).
+(``--seed s --iterations 1``, with ``--kill-at POINT:N`` for a deterministic kill).
+
+Deterministic kills inside the risky windows (``--kill-at``: snapshot
+publication steps, sarp's back-fill publish, packfile space reuse) and the
+``--matrix`` of every durable engine x every strategy are described in
+:mod:`prefixbench.harness.crashpoints`.
 """
 from __future__ import annotations
 
