@@ -173,3 +173,23 @@ def test_sglang_shapes_positional_batch_around_maps_and_trailing_fields(tmp_path
     assert [o.worker for o in ops] == [1, 0]
     assert int(ops[0].block_hashes[0]) == (1 << 64) - 5 and ops[1].parent == (1 << 64) - 5
     assert ops[1].extra_keys is None and stats.unknown_events == 0
+
+
+def test_odd_frames_and_unhashable_map_keys_are_one_line(tmp_path):
+    p = str(tmp_path / "f.pbkv")
+    payload = msgpack.packb({"ts": 0, "events": []})
+    w = CaptureWriter(p)
+    w.write(0, 1, b"", payload)
+    w._f.write(msgpack.packb([1, "x", b"", payload, 0]))
+    w.close()
+    with pytest.raises(TraceFormatError, match=r"f.pbkv: frame 2: not a capture frame"):
+        decode(p)
+    raw = tmp_path / "k.msgpack"
+    raw.write_bytes(b"\x81\x91\x01\x01")              # {[1]: 1}
+    with pytest.raises(TraceFormatError, match=r"k.msgpack: frame 1: corrupt msgpack"):
+        decode(raw)
+    w = CaptureWriter(p)
+    w.write(0, 1, b"", b"\x81\x91\x01\x01")
+    w.close()
+    with pytest.raises(TraceFormatError, match=r"frame 1 \(seq 0\): corrupt msgpack payload"):
+        decode(p)
