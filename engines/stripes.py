@@ -26,7 +26,7 @@ import os
 import threading
 import zlib
 
-from prefixbench.durable import fsync_dir, publish_file
+from prefixbench.durable import fsync_dir, publish_file, write_file
 from prefixbench.engines.base import StoreConfig
 from prefixbench.engines.packfile import RECORD_HEADER_BYTES, PackfileStore, aligned_buffer
 from prefixbench.errors import ConfigError, StoreError
@@ -307,9 +307,7 @@ class StripeRanges:
                 self._discard_all()
             elif os.path.exists(snap):
                 self._load_snapshot(snap)
-            with open(dirty, "wb") as fh:
-                fh.write(b"open\n")
-                os.fsync(fh.fileno())
+            write_file(dirty, b"open\n")          # through the fault seam, one-line errors
             fsync_dir(self.path)
         except BaseException:
             self.store.close()
