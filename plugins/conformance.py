@@ -492,11 +492,12 @@ class RemovalTests:
                                           st.integers(0, 60), st.integers(0, workers - 1),
                                           st.integers(0, 40), st.integers(0, 40),
                                           st.integers(0, 9)),
-                                min_size=1, max_size=30))
+                                min_size=3, max_size=40))
             return [(kind, seqs[i][:cut], w, lo, hi, r) for kind, i, cut, w, lo, hi, r in ops]
 
-        @hyp.settings(max_examples=self.removal_examples, deadline=None,
-                      suppress_health_check=list(hyp.HealthCheck))
+        @hyp.settings(**{"max_examples": self.removal_examples, "deadline": None,
+                         "suppress_health_check": list(hyp.HealthCheck),
+                         **getattr(self, "hypothesis_settings", {})})
         @hyp.given(traffic())
         def check(ops):
             s, oracle = new_strategy(), oracle_factory()
@@ -511,7 +512,8 @@ class RemovalTests:
                         oracle.insert(ids, metas, w)
                         seen.append(ids)
                     elif kind in ("remove", "remove-all"):
-                        part = np.ascontiguousarray(ids[min(lo, hi):max(lo, hi)])
+                        a, b = sorted((lo * len(ids) // 40, hi * len(ids) // 40 + 1))
+                        part = np.ascontiguousarray(ids[a:b])
                         worker = None if kind == "remove-all" else w
                         got, want = s.remove(part, worker), oracle.remove(part, worker)
                         if cls.exact_remove_count:
@@ -567,10 +569,10 @@ class RemovalTests:
             w = i % workers
             for target in (s, oracle):
                 target.insert(q, metas, w)
-            if i % 3 == 2:
-                cut = np.ascontiguousarray(seqs[i - 1][len(seqs[i - 1]) // 2:])
+            if i % 3 == 2:      # a sequence inserted on worker 0, which the clear spares
+                cut = np.ascontiguousarray(seqs[i - 2][len(seqs[i - 2]) // 2:])
                 for target in (s, oracle):
-                    target.remove(cut, None if i % 2 else w)
+                    target.remove(cut, None if i % 2 else (i - 2) % workers)
             if i == 20:
                 s.snapshot(tmp_path)
         if workers > 1:

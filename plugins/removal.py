@@ -189,7 +189,11 @@ def _wrap_restore(restore_state):
 
 def _wrap_stats(stats):
     def stats_with_overlay(self):
-        return dict(stats(self), **self._overlay().stats())
+        out = dict(stats(self), **self._overlay().stats())
+        if self._overlay().active and isinstance(out.get("memory_bytes"), (int, float)):
+            # the tables are memory too, once removes or other workers put them to use
+            out["memory_bytes"] += out["overlay_bytes"]
+        return out
     return stats_with_overlay
 
 

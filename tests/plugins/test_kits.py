@@ -174,6 +174,114 @@ def test_kit_fails_sloppy_strategies_where_they_are_wrong(tmp_path):
     assert outcome["TestGood"]["test_bad_option_values_are_one_line"] == "PASSED"
 
 
+SLOPPY_REMOVERS = '''
+import numpy as np
+import prefixbench
+import pytest
+from hypothesis import Phase
+from prefixbench.plugins.conformance import RemovalTests, StrategyFixtures
+from prefixbench.plugins.radix import RadixStrategy
+
+
+class Forgetful(RadixStrategy):
+    def remove(self, block_ids, worker=None):
+        self._removal_args(block_ids, worker)
+        return 0
+
+
+class Unlogged(RadixStrategy):
+    pass
+
+
+def _remove_unlogged(self, block_ids, worker=None):
+    ids, w = self._removal_args(block_ids, worker)
+    return self._tree.remove(ids, w)
+
+
+Unlogged.remove = _remove_unlogged       # past the contract's log wrapper
+
+
+class StaleRevive(prefixbench.IndexStrategy):
+    """Removes by marking; a later insert clears the mark but keeps the old metadata."""
+    name = "stale-revive"
+    supports_remove = True
+
+    def __init__(self, store=None, options=None, meta_size=16):
+        super().__init__(store, options, meta_size)
+        self.t, self.gone = {}, set()
+
+    def match(self, ids):
+        out = []
+        for b in ids.tolist():
+            if b not in self.t or b in self.gone:
+                break
+            out.append(self.t[b])
+        return prefixbench.Match(len(out), np.frombuffer(b"".join(out), np.uint8)
+                                 .reshape(len(out), self.meta_size))
+
+    def insert(self, ids, metas):
+        for b, m in zip(ids.tolist(), metas):
+            self.t.setdefault(b, m.tobytes())
+            self.gone.discard(b)
+
+    def remove(self, block_ids, worker=None):
+        ids, _w = self._removal_args(block_ids, worker)
+        n = 0
+        for b in ids.tolist():
+            if b in self.t and b not in self.gone:
+                self.gone.add(b)
+                n += 1
+        return n
+
+    def clear(self, worker=None):
+        self.gone.update(self.t)
+
+
+class TestRadix(StrategyFixtures, RemovalTests):
+    removal_examples = 25
+    hypothesis_settings = {"phases": (Phase.explicit, Phase.generate)}   # no shrinking
+    strategy_name = "radix"
+
+
+class TestForgetful(TestRadix):
+    @pytest.fixture
+    def strategy_factory(self):
+        return Forgetful
+
+
+class TestUnlogged(TestRadix):
+    @pytest.fixture
+    def strategy_factory(self):
+        return Unlogged
+
+
+class TestStaleRevive(TestRadix):
+    @pytest.fixture
+    def strategy_factory(self):
+        return StaleRevive
+'''
+
+
+def test_removal_kit_fails_sloppy_removers_where_they_are_wrong(tmp_path):
+    (tmp_path / "test_sloppy_removers.py").write_text(SLOPPY_REMOVERS)
+    out = _run_pytest(tmp_path, "-v")
+    outcome = {}
+    for line in out.stdout.splitlines():
+        parts = line.split()
+        if len(parts) >= 2 and "::" in parts[0] and parts[1] in ("PASSED", "FAILED", "SKIPPED"):
+            _, cls, test = parts[0].split("::")
+            outcome.setdefault(cls, {})[test] = parts[1]
+    failed = {cls: {t for t, o in tests.items() if o == "FAILED"} for cls, tests in outcome.items()}
+    assert failed.get("TestRadix") == set(), out.stdout[-3000:]
+    assert {"test_removed_block_comes_back_with_the_new_metadata",
+            "test_removes_after_the_snapshot_are_never_served"} <= failed["TestForgetful"], \
+        out.stdout[-3000:]
+    assert failed["TestUnlogged"] == {"test_removes_after_the_snapshot_are_never_served"}, \
+        out.stdout[-3000:]
+    assert "test_removed_block_comes_back_with_the_new_metadata" in failed["TestStaleRevive"], \
+        out.stdout[-3000:]
+
+
 def test_kits_import_pytest_and_hypothesis_only_when_used():
     """The package and its plugins never load the kits; the strategy kit loads
     hypothesis only when a property test runs."""
