@@ -27,7 +27,8 @@ One iteration (seed ``s``):
    as notes, printed with the iteration's line.
 
 ``sarp`` runs with ``max_retrieval=0`` here: with a retrieval budget it may
-legitimately return a shorter prefix, which (a) could not tell from a loss.
+legitimately return a shorter prefix, which (a) could not tell from a loss;
+``sparse-state`` for the same reason with ``policy=block:1``.
 A failing iteration prints the command that reproduces it
 (``--seed s --iterations 1``, with ``--kill-at POINT:N`` for a deterministic kill).
 
@@ -53,7 +54,10 @@ import numpy as np
 
 from prefixbench.errors import ConfigError
 
-CRASH_OPTIONS = {"sarp": {"max_retrieval": 0}}
+#: options that make a strategy's answer the exact one, so (a) can tell a loss: sarp
+#: with unlimited retrieval, sparse-state with a checkpoint at every block (its own
+#: placement returns the deepest checkpoint, shorter by design)
+CRASH_OPTIONS = {"sarp": {"max_retrieval": 0}, "sparse-state": {"policy": "block:1"}}
 EXTRA_QUERIES = 4
 
 
