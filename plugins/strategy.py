@@ -185,6 +185,15 @@ def check_worker(owner: str, worker, max_workers: int, allow_all: bool) -> int:
     return int(worker)
 
 
+def _takes_worker(fn) -> bool:
+    """True if ``fn`` has a ``worker`` parameter (or a signature Python cannot read)."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return True
+    return "worker" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
 def _accepting_worker(insert):
     """``insert(self, ids, metas)`` adapted to the contract's ``worker`` argument."""
     @functools.wraps(insert)
@@ -304,7 +313,7 @@ class IndexStrategy(abc.ABC):
         # log keepers: the class's own insert, followed in durable mode by the log
         # append (see prefixbench.plugins.recovery.logged); others run unwrapped
         own = cls.__dict__
-        if "insert" in own and "worker" not in inspect.signature(own["insert"]).parameters:
+        if "insert" in own and not _takes_worker(own["insert"]):
             cls.insert = _accepting_worker(own["insert"])
         if cls.uses_insert_log and "insert" in own and not cls._logs_own_inserts:
             cls.insert = _recovery.logged(cls.__dict__["insert"])
