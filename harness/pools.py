@@ -332,19 +332,20 @@ class Pool:
         needed).  A queued block whose key is unchanged is still in order; one whose
         key changed was touched (its new key is >= the bound, or the queue would have
         been dropped) and leaves the queue; a pinned one stays for later."""
-        out = []
-        masked = int((self.used & ~mask).sum())     # each chunk reaches past them all
+        out, taken = [], 0
+        pinned = self.used & ~mask
+        masked = int(pinned.sum())
         while count > 0:
             if self._qbound is None or self._qh >= len(self._q):
                 self._build_queue(count, mask)
-            h = self._qh
-            chunk = self._q[h:h + max(2 * count, 256) + masked]
+            h = self._qh        # a chunk reaches past every pinned or already taken block
+            chunk = self._q[h:h + max(2 * count, 256) + masked + taken]
             ckey = self._qkey[h:h + len(chunk)]
             alive = self.used[chunk] & (self.policy.keys(self, chunk) == ckey)
             ok = alive & mask[chunk]
             take = np.flatnonzero(ok)[:count]
             end = int(take[-1]) + 1 if len(take) == count else len(chunk)
-            held = np.flatnonzero(alive[:end] & ~mask[chunk[:end]])
+            held = np.flatnonzero(alive[:end] & pinned[chunk[:end]])
             if len(held):               # pinned blocks keep their place at the front
                 self._q = np.concatenate([chunk[held], self._q[h + end:]])
                 self._qkey = np.concatenate([ckey[held], self._qkey[h + end:]])
@@ -355,6 +356,7 @@ class Pool:
                 out.append(chunk[take])
                 mask[chunk[take]] = False
                 count -= len(take)
+                taken += len(take)
             elif h + len(chunk) >= len(self._q):
                 self._qbound = None     # only pinned blocks were left in it: rebuild
         return np.concatenate(out) if len(out) > 1 else out[0]

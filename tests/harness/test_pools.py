@@ -344,3 +344,27 @@ def test_pyperf_options_under_pools_are_one_line(run_cli):
     code, _, err = run_cli("-q", "run", "-s", "radix", "-w", "codeact", "-W", "sessions=20",
                            "--pool-blocks", "1e4", "--fast")
     one_line_error(code, err, "--fast", "pyperf.Runner")
+
+
+@pytest.mark.parametrize("policy", ["lru", "lfu", "fifo"])
+@pytest.mark.parametrize("queue", [1, 1024])
+def test_large_evictions_match_the_smallest_keys(policy, queue):
+    """Requests of thousands of blocks evicting hundreds at once, more than one walk of
+    the victim queue takes (lmcache-agent in a pool barely larger than its largest
+    request): each eviction is exactly the smallest keys among the unpinned blocks,
+    computed here from scratch."""
+    wl = make_workload("lmcache-agent", {})
+    reqs = [r.insert_ids for _, r in zip(range(260), wl.requests())]
+    pool = pools.Pool(4000, pools.make_policy(policy))
+    pool.queue_min = queue
+    big = 0
+    for r, ids in enumerate(reqs):
+        h, slots = pool.prefix(ids)
+        short = len(ids) - h - (pool.capacity - pool.held)
+        free = np.flatnonzero(pool.used)
+        free = free[~np.isin(free, slots)]
+        want = np.sort(pool.ids[free[np.argsort(pool.policy.keys(pool, free))[:max(short, 0)]]])
+        _, ev = pool.admit(ids, r)
+        assert np.array_equal(np.sort(ev), want), r
+        big = max(big, len(ev))
+    assert big > 300
