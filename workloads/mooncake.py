@@ -54,6 +54,8 @@ def _open(path: str):
         return gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")
     except OSError as e:
         raise TraceFormatError(f"{path}: cannot read trace: {e.strerror or e}") from None
+    except ValueError:                  # open() refuses a path with a NUL byte
+        raise TraceFormatError(f"{path}: cannot read trace: the path has a NUL byte") from None
 
 
 def _int_field(obj: dict, key: str, where: str):
@@ -137,7 +139,7 @@ class HashTraceWorkload(Workload):
                     ts = obj.get("timestamp")
                     stamps.append(float(ts) * self.time_unit
                                   if isinstance(ts, (int, float)) and not isinstance(ts, bool)
-                                  else float("nan"))
+                                  and abs(ts) < 1e300 else float("nan"))
                     whole = len(raw[-1]) * self.block_size
                     prompt_len.append(whole if inp is None or inp < 0 or not self.input_lengths
                                       else min(inp, whole))

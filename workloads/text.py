@@ -247,6 +247,8 @@ def _read_bytes(path: str) -> bytes:
             data = f.read()
     except OSError as e:
         raise TraceFormatError(f"{path}: cannot read: {e.strerror or e}") from None
+    except ValueError:                  # open() refuses a path with a NUL byte
+        raise TraceFormatError(f"{path}: cannot read: the path has a NUL byte") from None
     if data[:2] == b"\x1f\x8b":
         try:
             data = gzip.decompress(data)
