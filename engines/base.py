@@ -147,6 +147,10 @@ class SegmentStore(abc.ABC):
     #: calls whose binding releases the GIL while it works: a subset of
     #: {"get", "get_many", "write"} (said in ``scale``'s output)
     gil_free_calls: frozenset = frozenset()
+    #: exceptions a write's binding raises on a failing device (a full disk, EIO):
+    #: :meth:`write_items` turns them into one :class:`StoreError` line naming the
+    #: store; engines whose binding has its own error types add them
+    write_errors: tuple = (OSError,)
 
     def __init__(self, config: StoreConfig):
         self.config = config
@@ -215,10 +219,18 @@ class SegmentStore(abc.ABC):
     def write_items(self, puts: Sequence[tuple[int, bytes]], deletes: Sequence[int] = ()) -> None:
         puts = [(_check_key(k), bytes(v)) for k, v in puts]
         deletes = [_check_key(k) for k in deletes]
-        if _phases._ON:
-            _phases.storage_call(self._write, puts, deletes)
-        else:
-            self._write(puts, deletes)
+        try:
+            if _phases._ON:
+                _phases.storage_call(self._write, puts, deletes)
+            else:
+                self._write(puts, deletes)
+        except StoreError:
+            raise
+        except self.write_errors as e:
+            why = " ".join(str(e).split()) or type(e).__name__
+            where = getattr(self, "path", None) or self.config.path
+            raise StoreError(f"{self.name} store {where}: the write failed ({why[:200]}); "
+                             "batches acknowledged before it are kept") from None
         s = self._stats
         s.writes += len(puts)
         s.deletes += len(deletes)

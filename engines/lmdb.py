@@ -62,6 +62,7 @@ class LmdbStore(SegmentStore):
         lmdb = import_binding(
             "lmdb", "lmdb", "pip install lmdb, or reinstall with pip install prefixbench")
         self._lmdb = lmdb
+        self.write_errors = (OSError, lmdb.Error)
         opts = check_options(self.name, config.options, _OPTIONS)
         if config.direct_io:
             raise ConfigError("option direct_io: engine lmdb reads through a memory map "

@@ -89,6 +89,7 @@ class RocksDBStore(SegmentStore):
         wo.disable_wal = config.durability == "off"
         self._db.set_write_options(wo)
         self._rocksdict = rocksdict
+        self.write_errors = (Exception,)     # rocksdict raises a bare Exception
         self._close_lock = threading.Lock()
 
     def _get(self, key):

@@ -69,6 +69,7 @@ class WiredTigerStore(SegmentStore):
         wiredtiger = import_binding(
             "wiredtiger", "wiredtiger", "pip install 'prefixbench[wiredtiger]'")
         self._wt = wiredtiger
+        self.write_errors = (OSError, wiredtiger.WiredTigerError)
         #: True when the binding was compiled with HAVE_DIAGNOSTIC (assertions
         #: on, -Og): the PyPI sdist builds that way and every call is slower
         self.diagnostic_build = bool(getattr(wiredtiger, "diagnostic_build", lambda: 0)())
