@@ -268,7 +268,9 @@ class SsdBlockHashStrategy(IndexStrategy):
                              f"{self.store.name!r} has {len(vals[bad])} bytes, expected {ms}")
         return Match(n, np.frombuffer(buf, dtype=np.uint8).reshape(n, ms))
 
-    def insert(self, block_ids: np.ndarray, metas: np.ndarray) -> None:
+    def insert(self, block_ids: np.ndarray, metas: np.ndarray, worker: int = 0) -> None:
+        if worker != 0:
+            check_worker("strategy ssd-blockhash", worker, self.max_workers, False)
         _phases.timed_call(ROUTING, self._insert, block_ids, metas)
 
     def _insert(self, block_ids: np.ndarray, metas: np.ndarray) -> None:

@@ -80,7 +80,9 @@ class RedisBlockHashStrategy(IndexStrategy):
     def match(self, block_ids: np.ndarray) -> Match:
         return _phases.timed_call(ROUTING, self._table.match, block_ids)
 
-    def insert(self, block_ids: np.ndarray, metas: np.ndarray) -> None:
+    def insert(self, block_ids: np.ndarray, metas: np.ndarray, worker: int = 0) -> None:
+        if worker != 0:
+            check_worker("strategy redis-blockhash", worker, self.max_workers, False)
         ids = as_block_ids(block_ids)
         m = as_metas(metas, len(ids), self.meta_size)
         if not len(ids):

@@ -190,8 +190,7 @@ def _wrap_restore(restore_state):
 def _wrap_stats(stats):
     def stats_with_overlay(self):
         out = dict(stats(self), **self._overlay().stats())
-        if self._overlay().active and isinstance(out.get("memory_bytes"), (int, float)):
-            # the tables are memory too, once removes or other workers put them to use
+        if isinstance(out.get("memory_bytes"), (int, float)):   # the tables are memory too
             out["memory_bytes"] += out["overlay_bytes"]
         return out
     return stats_with_overlay
@@ -325,8 +324,9 @@ class _Overlay:
                 self.live.insert(keys[held], planes[w][held], w)
 
     def stats(self) -> dict:
+        # the empty tables' few hundred bytes are not counted until they are put to use
         return {"tombstones": len(self.dead), "location_entries": len(self.live),
-                "overlay_bytes": self.dead.nbytes + self.live.nbytes,
+                "overlay_bytes": self.dead.nbytes + self.live.nbytes if self.active else 0,
                 "remove_noops": self.noops}
 
 
