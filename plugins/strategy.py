@@ -76,6 +76,7 @@ from __future__ import annotations
 import abc
 import functools
 import inspect
+import math
 import sys
 from dataclasses import dataclass
 from typing import ClassVar
@@ -139,8 +140,10 @@ class Option:
                 v = value.lower() in ("1", "true", "yes", "on")
             else:
                 v = kind(value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             raise ConfigError(f"option {name}: {value!r} is not a valid {kind.__name__}") from None
+        if kind is float and not math.isfinite(v):      # nan passes every min/max test
+            raise ConfigError(f"option {name}: {value!r} is not a finite number")
         if self.choices is not None and v not in self.choices:
             raise ConfigError(f"option {name}: {v!r} is not one of {', '.join(map(str, self.choices))}")
         if self.min is not None and v < self.min:

@@ -224,7 +224,7 @@ def test_hooks_register_every_workload():
     synthetic = _registered(syn)
     assert sorted(synthetic) == ALL
     assert isinstance(synthetic["codeact"](sessions="2"), syn.SyntheticWorkload)
-    assert sorted(_registered(mc)) == ["mooncake", "mooncake-synthetic"]
+    assert sorted(_registered(mc)) == ["bailian", "mooncake", "mooncake-synthetic"]
 
 
 # -- describe ------------------------------------------------------------------
