@@ -40,8 +40,11 @@ DEFAULT_BLOCK_SIZE = 16
 
 
 def namespace_seed(namespace: str | int) -> int:
-    """``h_0`` for a namespace (a model/config name, or a replica copy)."""
-    data = str(namespace).encode("utf-8")
+    """``h_0`` for a namespace (a model/config name, or a replica copy).
+
+    The name's UTF-8 bytes; a lone surrogate (how Python holds command-line
+    bytes that are not UTF-8) is encoded as its code point, so any name hashes."""
+    data = str(namespace).encode("utf-8", "surrogatepass")
     padded = data + b"\0" * (-len(data) % 8)
     words = [int.from_bytes(padded[i:i + 8], "little") for i in range(0, len(padded), 8)]
     return pbh64(SEED_PREFIX, words, len(data))

@@ -107,3 +107,11 @@ def test_bad_block_size():
         b.chain_tokens(np.arange(4, dtype=np.uint32), 0, 0)
     with pytest.raises(ValueError):
         ref.chain_tokens(np.arange(4, dtype=np.uint32), 0, 0)
+
+
+def test_a_namespace_that_is_not_utf8_still_hashes():
+    """Command-line bytes that are not UTF-8 arrive as lone surrogates."""
+    odd = b"\xff-model".decode("utf-8", "surrogateescape")
+    assert b.namespace_seed(odd) == b.namespace_seed(odd)
+    assert b.namespace_seed(odd) != b.namespace_seed("?-model")
+    assert b.namespace_seed("\ud800") != b.namespace_seed("\ud801")
