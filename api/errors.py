@@ -2,10 +2,21 @@
 from __future__ import annotations
 
 
+_CONTROL = {c: f"\\x{c:02x}" for c in range(32)}
+_CONTROL.update({ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t", 0x7F: "\\x7f"})
+
+
 class PrefixbenchError(Exception):
-    """Base of every error that reaches the user as one clear line."""
+    """Base of every error that reaches the user as one clear line.
+
+    Its text never spans lines: control characters that reach a message from
+    user input (a path or an id holding a newline or a carriage return) are
+    shown escaped, as ``\\n`` or ``\\x1b``."""
 
     exit_code = 2
+
+    def __str__(self) -> str:
+        return super().__str__().translate(_CONTROL)
 
 
 class ConfigError(PrefixbenchError, ValueError):
