@@ -125,7 +125,7 @@ def test_a_path_with_a_nul_byte_is_one_line(name):
     from prefixbench.harness.bench import make_workload
     with pytest.raises(TraceFormatError) as e:
         make_workload(name, {"path": "trace\x00.jsonl"})
-    assert one_line(e.value).startswith("trace\x00.jsonl: cannot read")
+    assert one_line(e.value).startswith("trace\\x00.jsonl: cannot read")   # shown escaped
 
 
 @pytest.fixture(scope="module")
