@@ -34,3 +34,17 @@ def parse_size(option: str, text) -> int:
     if n > MAX_SIZE:
         raise ConfigError(f"option {option}: {shown} is too large (at most {MAX_SIZE} bytes)")
     return n
+
+
+def int_in_range(name: str, value, lo: int, hi: int) -> int:
+    """An integer option ``name`` within ``[lo, hi]``, or one ConfigError line naming it
+    (booleans and floats are refused rather than truncated)."""
+    if isinstance(value, (bool, float)):
+        raise ConfigError(f"option {name}: {value!r} is not a valid int")
+    try:
+        x = int(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"option {name}: {value!r} is not a valid int") from None
+    if not lo <= x <= hi:
+        raise ConfigError(f"option {name}: must be in [{lo}, {hi}], got {x}")
+    return x

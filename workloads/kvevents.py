@@ -58,6 +58,7 @@ import numpy as np
 
 from prefixbench.errors import ConfigError, MissingDependencyError, TraceFormatError
 from prefixbench.hookspecs import hookimpl
+from prefixbench.units import int_in_range
 from prefixbench.workloads.model import ClearOp, RemoveOp, Request, StoreOp, Workload
 
 MAGIC = b"PBKVCAP1"
@@ -582,18 +583,6 @@ def _bool(name: str, v) -> bool:
     raise ConfigError(f"option {name}: {v!r} is not a valid bool")
 
 
-def _int(name: str, v, lo: int, hi: int) -> int:
-    if isinstance(v, (bool, float)):
-        raise ConfigError(f"option {name}: {v!r} is not a valid int")
-    try:
-        x = int(v)
-    except (TypeError, ValueError):
-        raise ConfigError(f"option {name}: {v!r} is not a valid int") from None
-    if not lo <= x <= hi:
-        raise ConfigError(f"option {name}: must be in [{lo}, {hi}], got {x}")
-    return x
-
-
 def kv_events(**options) -> KvEventsWorkload:
     """vLLM/SGLang KV-event capture or msgpack EventBatch stream (path= required)."""
     for key in options:
@@ -611,11 +600,13 @@ def kv_events(**options) -> KvEventsWorkload:
     if scheme is not None:
         from prefixbench.workloads.hashschemes import make_hash_scheme
         make_hash_scheme(scheme, **hash_opts)             # unknown names fail here
+    block_size = int_in_range("block_size", options.get("block_size", 16), 1, 1 << 20)
+    strict = _bool("strict", options.get("strict", False))
+    memory = int_in_range("parent_memory", options.get("parent_memory", DEFAULT_PARENT_MEMORY),
+                          0, 1 << 40)
     return KvEventsWorkload(
-        str(path), block_size=_int("block_size", options.get("block_size", 16), 1, 1 << 20),
-        strict=_bool("strict", options.get("strict", False)),
-        parent_memory=_int("parent_memory", options.get("parent_memory", DEFAULT_PARENT_MEMORY),
-                           0, 1 << 40),
+        str(path), block_size=block_size,
+        strict=strict, parent_memory=memory,
         lookups=options.get("lookups") or None, block_hash=scheme, hash_options=hash_opts)
 
 

@@ -31,6 +31,7 @@ import numpy as np
 from prefixbench.blockids import DEFAULT_BLOCK_SIZE
 from prefixbench.errors import ConfigError, TraceFormatError
 from prefixbench.hookspecs import hookimpl
+from prefixbench.units import int_in_range
 from prefixbench.workloads.hashschemes import make_hash_scheme
 from prefixbench.workloads.model import Request, Workload
 
@@ -166,18 +167,6 @@ class TokenJsonlWorkload(Workload):
 _OPTIONS = ("path", "block_size", "namespace", "block_hash", "hash_seed", "limit")
 
 
-def _int(name: str, v, lo: int, hi: int) -> int:
-    if isinstance(v, (bool, float)):
-        raise ConfigError(f"option {name}: {v!r} is not a valid int")
-    try:
-        x = int(v)
-    except (TypeError, ValueError):
-        raise ConfigError(f"option {name}: {v!r} is not a valid int") from None
-    if not lo <= x <= hi:
-        raise ConfigError(f"option {name}: must be in [{lo}, {hi}], got {x}")
-    return x
-
-
 def token_jsonl(**options) -> TokenJsonlWorkload:
     """Token-id request logs: prompt_token_ids / output_token_ids per line (path= required)."""
     for key in options:
@@ -194,12 +183,13 @@ def token_jsonl(**options) -> TokenJsonlWorkload:
     if options.get("hash_seed") not in (None, ""):
         hash_opts["hash_seed"] = str(options["hash_seed"])
     limit = options.get("limit")
+    block_size = int_in_range("block_size", options.get("block_size", DEFAULT_BLOCK_SIZE),
+                              1, 1 << 20)
     return TokenJsonlWorkload(
-        str(path), block_size=_int("block_size", options.get("block_size", DEFAULT_BLOCK_SIZE),
-                                   1, 1 << 20),
+        str(path), block_size=block_size,
         namespace=str(options.get("namespace") or ""),
         block_hash=str(options.get("block_hash") or "pbh64"), hash_options=hash_opts,
-        limit=None if limit in (None, "") else _int("limit", limit, 1, 10**12))
+        limit=None if limit in (None, "") else int_in_range("limit", limit, 1, 10**12))
 
 
 @hookimpl
