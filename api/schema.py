@@ -63,6 +63,25 @@ Pools
     :data:`SERIES_KEY` (a JSON list of ``[requests so far, index entries,
     blocks held in all pools]``), which is not a figure.
 
+Sweep notes
+    What a sweep prints around its table that is not a figure rides in the
+    metadata under :data:`SWEEP_NOTE_KEYS`; a suite written before a key
+    existed lacks it, and the report leaves out what needs it (the paper
+    column of Table 4, the paper's thread counts), never fails on it.
+
+Commands without a replay
+    ``hash-bench``, ``engine-bench`` and ``plugins`` write ``-o OUT.json``
+    too, with the metadata ``command`` set to the command: ``hash-*``
+    figures, ``engine-*`` figures, and ``plugins-<kind>`` counts with the
+    list itself in :data:`PLUGINS_KEY`.
+
+CSV
+    ``run --csv`` rows are rendered from the run's suites by
+    ``prefixbench.reports.show.csv_row``; :data:`CSV_COLUMNS` are the columns,
+    unchanged from before the schema, and each figure's :attr:`Figure.csv`
+    records which column holds it (``ops_per_s`` is ``request-throughput``,
+    ``match_mean_us`` is ``match-latency-mean`` in microseconds, ...).
+
 This module is pure: it reads any object shaped like a loaded
 ``pyperf.BenchmarkSuite`` (``get_benchmarks()``; each benchmark
 ``get_name()``, ``get_runs()``; each run ``values``, ``get_metadata()``) and
@@ -90,6 +109,35 @@ MACHINE_KEYS = ("cpu_model_name", "cpu_count", "mem_total", "store_device")
 POOL_KEYS = ("pool_blocks", "pool_evict", "pool_workers", "pool_route", "pool_route_seed")
 #: metadata key of a pool run's index-entries series
 SERIES_KEY = "index_entries_series"
+
+#: metadata keys the sweeps add for what they print around their tables
+SWEEP_NOTE_KEYS = {
+    "cap_rule": "the cap rule's line, printed above the strategies table",
+    "table4_paper": "JSON [before, after, retrieved]: the paper's Table 4 for the workload",
+    "calibration_tolerance": "share of the paper's value a Table 4 figure must be within",
+    "span_share_paper": "the paper's share of spans with more than three alternatives",
+    "span_share_max_blocks": "above this many indexed blocks the span share is not measured",
+    "paper_request_threads": "request threads of the paper's setup (section 6.1)",
+    "paper_rocksdb_threads": "RocksDB background threads of the paper's setup",
+    "paper_disk_need": "--scale paper below full size: the pre-flight's disk estimate, bytes",
+    "paper_memory_need": "--scale paper below full size: the memory estimate, bytes",
+    "index_text": "JSON of a strategy's text counters (sarp's geometry)",
+    "capacity_blocks": "capacity sweep: the setting's pool blocks per worker (or unbounded)",
+    "exact": "capacity sweep: 1 when the strategy is exact (its curve is checked too)",
+    "stack_inclusion_checked": "capacity sweep: 1 when the stack-inclusion check applies",
+    "capacity_notes": "capacity sweep: JSON list of the note lines above the table",
+}
+#: metadata key of a ``plugins -o`` suite holding the plugin list (JSON)
+PLUGINS_KEY = "plugins"
+
+#: ``run --csv`` columns (db_bench style), in order
+CSV_COLUMNS = (
+    "date", "commit", "strategy", "engine", "workload", "threads", "requests", "ops_per_s",
+    "match_mean_us", "match_p50_us", "match_p99_us", "match_p999_us",
+    "insert_mean_us", "insert_p50_us", "insert_p99_us", "insert_p999_us",
+    "hit_rate", "oracle_hit_rate", "loss_vs_oracle", "false_hits", "store_reads_per_match",
+    "bytes_on_disk", "index_memory_bytes",
+)
 
 #: schema unit -> pyperf unit
 PYPERF_UNIT = {"seconds": "second", "bytes": "byte", "count": "integer", "ratio": "integer",
@@ -236,6 +284,43 @@ def _crashtest():
                 ("recovery-failures", "recovery_failures", "recoveries that failed", "lower"))]
 
 
+def _hashbench():
+    """``hash-bench``: chained block hashing, compiled path against the Python reference."""
+    return [Figure(f"hash-{n}", unit, "hashing", m, better, json=(key,))
+            for n, unit, key, m, better in (
+                ("compiled-tokens-per-second", "per-second", "cython_tokens_per_s",
+                 "tokens per second of the compiled chained hash, best of 3, one core",
+                 "higher"),
+                ("python-tokens-per-second", "per-second", "python_tokens_per_s",
+                 "tokens per second of the pure-Python reference, one core", "higher"),
+                ("speedup", "ratio", "speedup", "compiled tokens/s over Python tokens/s",
+                 "higher"),
+                ("compiled-tokens", "count", "cython_tokens", "tokens the compiled path "
+                 "hashed per pass", ""),
+                ("python-tokens", "count", "python_tokens", "tokens the Python reference "
+                 "hashed", ""),
+                ("block-size", "count", "block_size", "tokens per block", ""))]
+
+
+def _enginebench():
+    """``engine-bench``: cost per key of point and batched gets on one engine."""
+    out = [Figure(f"engine-{n}", "seconds", "engine", m, "lower", json=(key,))
+           for n, key, m in (
+               ("get-latency", "get_s_per_key", "seconds per key of a point get, best pass"),
+               ("get-latency-median", "get_s_per_key_median",
+                "seconds per key of a point get, median pass"),
+               ("get-many-latency", "get_many_s_per_key",
+                "seconds per key of a batched get_many, best pass"),
+               ("get-many-latency-median", "get_many_s_per_key_median",
+                "seconds per key of a batched get_many, median pass"))]
+    out += [Figure(f"engine-{n}", unit, "engine", m, json=(key,)) for n, unit, key, m in (
+        ("keys", "count", "n_keys", "keys the store was filled with"),
+        ("value-bytes", "bytes", "value_size", "bytes of each value"),
+        ("batch", "count", "batch", "keys per get_many call"),
+        ("keys-per-pass", "count", "keys_per_pass", "keys looked up per timed pass"))]
+    return out
+
+
 #: every figure, exact names first, patterns last
 FIGURES: tuple = tuple([
     Figure("replay-time-per-request", "seconds", "throughput",
@@ -271,7 +356,7 @@ FIGURES: tuple = tuple([
     Figure("store-reads-per-match", "count", "store", "logical store reads per prefix match",
            "lower", csv=(("store_reads_per_match", 1.0),)),
     Figure("store-bytes", "bytes", "space", "data bytes on disk (allocated blocks)", "lower",
-           csv=(("bytes_on_disk", 1.0),)),
+           csv=(("bytes_on_disk", 1.0),), json=("size_on_disk_bytes",)),
     Figure("store-log-bytes", "bytes", "space", "the engine's WAL/journal bytes"),
     Figure("store-logical-bytes", "bytes", "space", "live keys + values the index stored"),
     Figure("store-records", "count", "space", "records in the store"),
@@ -282,7 +367,7 @@ FIGURES: tuple = tuple([
     Figure("memory-bytes-per-indexed-block", "bytes", "memory",
            "in-memory bytes per unique indexed block", "lower"),
     Figure("engine-cache-bytes", "bytes", "conditions", "the engine cache the run was given",
-           metadata=(("cache_bytes", 1.0),)),
+           metadata=(("cache_bytes", 1.0),), json=("cache_bytes",)),
     Figure("disk-ratio-to-reference-ppm", "ppm", "space", "space sweep: disk bytes over "
            "ssd-blockhash's (paper Table 5)", "lower"),
     Figure("entries-ratio-to-reference-ppm", "ppm", "space", "space sweep: stored block-"
@@ -317,6 +402,8 @@ FIGURES: tuple = tuple([
            json=("span_share_gt3",)),
     *_describe(),
     *_crashtest(),
+    *_hashbench(),
+    *_enginebench(),
     Figure("cap-recovery-ratio", "ratio", "conditions", "capped tree's recovery over sarp's "
            "under the cap rule (paper: 0.96-1.96)", metadata=(("cap_recovery_ratio", 1.0),)),
     # patterns
@@ -334,6 +421,8 @@ FIGURES: tuple = tuple([
            "host microseconds per logical object", "lower"),
     Figure("layer-events-<path>-<point>", "count", "restore", "per-layer readiness events"),
     Figure("placement-<name>", "count", "placement", "sparse prefix caching placement figure"),
+    Figure("plugins-<kind>", "count", "plugins", "plugins of one kind (strategy, engine, "
+           "workload, ...) the registry loaded"),
 ])
 
 _EXACT = {f.name: f for f in FIGURES if not f.is_pattern}

@@ -204,3 +204,18 @@ def _worker_args(our_argv: list[str]) -> list[str]:
             continue
         out.append(a)
     return out + ["--quiet"]
+
+
+def engine_bench_benchmarks(r: dict) -> tuple[list, list]:
+    """``engine-bench``'s figures (``engine-*``, ``store-bytes``) as (times, counts)
+    benchmarks for ``OUT.json`` and ``OUT.counts.json``; the command prints them
+    through ``prefixbench.reports``, so ``show`` prints the same."""
+    from prefixbench import schema
+    md = pyperf_io.run_metadata("none", r["engine"], "none", {
+        k: r[k] for k in ("n_keys", "value_size", "batch", "cache_bytes", "direct_io")})
+    md.update({"command": "engine-bench", "direct_io": int(bool(r["direct_io"]))})
+    if r.get("note"):
+        md["engine_note"] = r["note"]
+    benches = pyperf_io.figure_benchmarks(schema.from_json(r), md)
+    times = [b for b in benches if b.get_unit() == "second"]
+    return times, [b for b in benches if b.get_unit() != "second"]

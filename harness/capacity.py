@@ -21,6 +21,11 @@ oracle's hit rate and on every exact strategy's, and prints each violation;
 under other policies, several workers or routing, it prints the curve as
 measured and says the check does not apply.
 
+The table is rendered from the sweep's suites (:mod:`prefixbench.reports.sweeps`);
+what it needs beyond the figures rides in each benchmark's metadata:
+``capacity_blocks``, ``exact`` (the strategy is exact, so its own curve is
+checked too), ``stack_inclusion_checked`` and ``capacity_notes`` (JSON list).
+
 Capacity cliff.  Under the table, the adjacent pair of capacities with the
 largest drop of the oracle's hit rate, the place a serving team should not
 size below.
@@ -40,6 +45,7 @@ there is no repeatable warm state) and writes the suites of
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 from prefixbench.errors import ConfigError
@@ -211,47 +217,15 @@ class CapacityResult:
         return best[1:] if best is not None and best[0] > 0 else None
 
     def table(self) -> str:
-        from prefixbench.reports.tables import fmt_bytes, fmt_seconds, format_table
+        """What the sweep prints: rendered from its suites by ``prefixbench.reports``
+        (so ``prefixbench show`` prints the same from the files)."""
+        import pyperf
 
-        cfg = self.config
-        head = (f"capacity sweep: {cfg.workload}, {cfg.workers} worker(s), route {cfg.route}, "
-                f"evict {cfg.evict}, engine {cfg.engine}")
-        rows = []
-        for r in self.rows:
-            res = r.result
-            rows.append((r.strategy, _pools.capacity_text(r.capacity), f"{res.hit_rate:.2%}",
-                         f"{res.oracle_hit_rate:.2%}", f"{res.hit_rate_loss:.3%}",
-                         f"{res.any_hit_tokens / res.prompt_tokens:.2%}"
-                         if res.prompt_tokens else "-",
-                         f"{res.evictions / res.requests:.1f}" if res.requests else "-",
-                         f"{res.throughput:,.0f}", fmt_seconds(res.latency("match")), fmt_seconds(res.latency("match", 99)),
-                         fmt_seconds(res.latency("insert")),
-                         fmt_seconds(res.latency("remove")) if len(res.remove_ns) else "-",
-                         f"{int(res.strategy_stats.get('entries', 0)):,}",
-                         fmt_bytes(res.strategy_stats.get("memory_bytes", 0)),
-                         str(res.false_hits)))
-        lines = [head, *cfg.notes, format_table(
-            ("strategy", "pool blocks", "hit rate", "oracle", "loss", "any worker",
-             "evictions/req", "req/s", "match mean", "match p99", "insert mean", "remove mean",
-             "index entries", "index memory", "false hits"), rows)]
-        if cfg.inclusion_applies:
-            bad = self.violations()
-            if not bad:
-                lines.append("stack inclusion (LRU, one worker): holds - the hit rate never "
-                             "falls as capacity grows")
-            for who, c0, h0, c1, h1 in bad:
-                lines.append(f"stack inclusion VIOLATED: {who} hit rate {h1:.4%} at "
-                             f"{_pools.capacity_text(c1)} blocks < {h0:.4%} at "
-                             f"{_pools.capacity_text(c0)} blocks")
-        else:
-            lines.append("stack inclusion: not checked (it holds for --evict lru with one "
-                         "worker); the curve is as measured")
-        cl = self.cliff()
-        if cl is not None:
-            lines.append(f"capacity cliff: oracle hit rate {cl[3]:.2%} at "
-                         f"{_pools.capacity_text(cl[2])} blocks, {cl[1]:.2%} at "
-                         f"{_pools.capacity_text(cl[0])} blocks (the largest drop)")
-        return "\n".join(lines)
+        from prefixbench.reports import results, show
+        times, counts = self.suites()
+        return show.render(results.from_suites("(not written)", [
+            (name, pyperf.BenchmarkSuite(b)) for name, b in (("times", times),
+                                                             ("counts", counts)) if b]))
 
     def suites(self) -> tuple[list, list]:
         cfg = self.config
@@ -264,10 +238,15 @@ class CapacityResult:
                                         else None, cfg.workload, config)
             md.update({"sweep": "capacity", "setting": r.label,
                        "stack_inclusion_checked": int(cfg.inclusion_applies),
-                       "stack_inclusion_violations": bad})
+                       "stack_inclusion_violations": bad, "exact": int(r.exact),
+                       "capacity_blocks": (r.capacity if r.capacity < _pools.UNBOUNDED
+                                           else "unbounded")})
+            if cfg.notes:
+                md["capacity_notes"] = json.dumps(cfg.notes)
             t, c = pyperf_io.replay_suites(r.result, md)
-            times += [pyperf_io.renamed(b, f"{r.label}-{b.get_name()}") for b in t]
-            counts += [pyperf_io.renamed(b, f"{r.label}-{b.get_name()}") for b in c]
+            # prefixed, not renamed: the zeros each benchmark lists carry the label too
+            times += [pyperf_io.prefixed(b, r.label) for b in t]
+            counts += [pyperf_io.prefixed(b, r.label) for b in c]
         return times, counts
 
     def write(self, output: str) -> tuple[str, str]:

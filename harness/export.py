@@ -1,4 +1,11 @@
-"""One row per run in CSV/TSV, the columns a user sorts and plots (db_bench style)."""
+"""One row per run in CSV/TSV, the columns a user sorts and plots (db_bench style).
+
+The row is rendered by :func:`prefixbench.reports.show.csv_row` from the run's
+pyperf suites, through the schema (:data:`prefixbench.schema.CSV_COLUMNS`; each
+figure's ``Figure.csv`` names its column), exactly as it would be from the
+files ``-o`` writes.  The columns are the ones written before the schema, so
+old and new CSV files append to each other.
+"""
 from __future__ import annotations
 
 import csv
@@ -6,14 +13,7 @@ import datetime
 import os
 
 from prefixbench.errors import ConfigError
-
-COLUMNS = (
-    "date", "commit", "strategy", "engine", "workload", "threads", "requests", "ops_per_s",
-    "match_mean_us", "match_p50_us", "match_p99_us", "match_p999_us",
-    "insert_mean_us", "insert_p50_us", "insert_p99_us", "insert_p999_us",
-    "hit_rate", "oracle_hit_rate", "loss_vs_oracle", "false_hits", "store_reads_per_match",
-    "bytes_on_disk", "index_memory_bytes",
-)
+from prefixbench.schema import CSV_COLUMNS as COLUMNS
 
 
 def check_export_path(path: str) -> None:
@@ -25,21 +25,20 @@ def check_export_path(path: str) -> None:
         raise ConfigError(f"option --csv: directory {parent} does not exist")
 
 
-def row(spec, res, commit: str, threads: int = 1) -> dict:
-    us = 1e6
-    return {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "commit": commit[:12], "strategy": spec.strategy,
-        "engine": spec.engine if res.store_stats else "none", "workload": spec.workload,
-        "threads": threads, "requests": res.requests, "ops_per_s": round(res.throughput, 1),
-        **{f"{w}_{lab}_us": round(res.latency(w, q) * us, 3)
-           for w in ("match", "insert")
-           for lab, q in (("mean", None), ("p50", 50), ("p99", 99), ("p999", 99.9))},
-        "hit_rate": round(res.hit_rate, 6), "oracle_hit_rate": round(res.oracle_hit_rate, 6),
-        "loss_vs_oracle": round(res.hit_rate_loss, 8), "false_hits": res.false_hits,
-        "store_reads_per_match": round(res.reads_per_match, 3), "bytes_on_disk": res.store_bytes,
-        "index_memory_bytes": res.strategy_stats.get("memory_bytes", 0),
-    }
+def row(spec, res, commit: str, threads: int | None = None) -> dict:
+    """The CSV row of one replay, rendered from the suites it writes (``threads``:
+    the run's request threads, default the spec's)."""
+    import pyperf
+
+    from prefixbench.harness import pyperf_io
+    from prefixbench.reports import results, show
+    md = pyperf_io.run_metadata(spec.strategy, spec.engine if res.store_stats else None,
+                                spec.workload, spec.config())
+    md.update({"git_commit": commit, "threads": threads or getattr(spec, "threads", 1)})
+    suites = [(name, pyperf.BenchmarkSuite(b)) for name, b in
+              zip(("times", "counts"), pyperf_io.replay_suites(res, md)) if b]
+    date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    return show.csv_row(results.from_suites("(csv row)", suites), date=date)
 
 
 def append_row(path: str, values: dict) -> None:

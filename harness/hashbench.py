@@ -1,4 +1,8 @@
-"""Chained block hashing throughput: compiled path vs the pure-Python reference."""
+"""Chained block hashing throughput: compiled path vs the pure-Python reference.
+
+``hash-bench`` prints its figures from the suite :func:`benchmarks` builds (and
+``-o`` writes), so ``prefixbench show`` prints the same.
+"""
 from __future__ import annotations
 
 import time
@@ -34,10 +38,13 @@ def measure(n_tokens: int, block_size: int = 16, py_tokens: int = 65536, repeat:
     }
 
 
-def format_result(r: dict) -> str:
-    return (f"chained hashing, block size {r['block_size']}, one core\n"
-            f"  Cython : {r['cython_tokens_per_s'] / 1e6:9.1f} M tokens/s "
-            f"({r['cython_tokens']:,} tokens, best of 3)\n"
-            f"  Python : {r['python_tokens_per_s'] / 1e6:9.3f} M tokens/s "
-            f"({r['python_tokens']:,} tokens)\n"
-            f"  ratio  : {r['speedup']:,.0f}x")
+def benchmarks(r: dict, repeat: int = 3) -> list:
+    """The figures of :func:`measure` (``hash-*``) as one suite's benchmarks, which the
+    command prints through ``prefixbench.reports`` and ``-o`` writes."""
+    from prefixbench import schema
+    from prefixbench.harness import pyperf_io
+    md = pyperf_io.run_metadata("none", None, "none", {"block_size": r["block_size"],
+                                                       "tokens": r["cython_tokens"]})
+    md.update({"command": "hash-bench", "hash_compiled": int(bool(r["compiled"])),
+               "hash_repeat": repeat})
+    return pyperf_io.figure_benchmarks(schema.from_json(r), md)

@@ -201,6 +201,31 @@ def table_of(output: str | None, *benchmark_lists) -> str:
     return show.render(results.from_suites(output or "(not written)", suites))
 
 
+def plugins_benchmarks(infos, options: bool) -> list:
+    """``plugins``: one ``plugins-<kind>`` count per kind, the list itself (and each
+    strategy's options) in the metadata, so ``show`` prints the table again."""
+    import json
+
+    from prefixbench import schema
+    from prefixbench.harness import pyperf_io
+    listed = []
+    for i in infos:
+        d = {"kind": i.kind, "name": i.name, "package": i.package, "version": i.version,
+             "summary": i.summary}
+        if i.kind == "strategy":
+            d["options"] = [[key, repr(opt.default), opt.help] for key, opt in
+                            sorted(getattr(i.factory, "options", {}).items())]
+        listed.append(d)
+    md = pyperf_io.run_metadata("none", None, "none", {})
+    md.update({"command": "plugins", schema.PLUGINS_KEY: json.dumps(listed),
+               "plugins_options": int(bool(options))})
+    kinds: dict = {}
+    for d in listed:
+        kinds[d["kind"]] = kinds.get(d["kind"], 0) + 1
+    return pyperf_io.figure_benchmarks({f"plugins-{k}": float(n) for k, n in kinds.items()},
+                                       md)
+
+
 def parse_percent(text: str) -> float:
     """``5%`` or ``5`` -> 0.05; one line for anything else."""
     m = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*%?\s*", text or "")

@@ -98,10 +98,13 @@ Under ``paper`` a ``cap_nodes`` or ``cap_fraction`` of the user's is refused:
 the rule chooses the cap.
 
 **Calibration.**  Under the table the strategies sweep prints sarp's Table 4
-candidate counts beside the paper's (:data:`PAPER_TABLE4`, one place) and
-whether each is within 25%, at whatever scale the sweep ran.
+candidate counts beside the paper's (:data:`PAPER_TABLE4`, one place; the suites
+carry the workload's values as ``table4_paper``) and whether each is within 25%,
+at whatever scale the sweep ran.
 
-Output: :meth:`SweepResult.table` for the terminal; :meth:`SweepResult.write`
+Output: :meth:`SweepResult.table` for the terminal, rendered from the sweep's
+suites by :mod:`prefixbench.reports.sweeps` (so ``show`` prints the same);
+:meth:`SweepResult.write`
 writes pyperf suites, one benchmark per figure and setting, named
 ``<setting>-<figure>`` (``retrieval-1-match-latency-mean``,
 ``ablation-no-pruning-hit-tokens``, ``sarp-insert-latency-mean``), so two
@@ -128,7 +131,6 @@ from prefixbench.harness.progress import progress
 from prefixbench.units import parse_size
 from prefixbench.registry import get_registry
 from prefixbench.plugins.strategy import META_SIZE, parse_options
-from prefixbench.reports.tables import fmt_bytes, fmt_seconds, format_table
 
 KINDS = {
     "retrieval": "sarp at MaxRetrieval 1, 2, 3, 4, unlimited (paper Fig. 9)",
@@ -676,9 +678,20 @@ class SweepResult:
         ref = self.reference.result.latency(which)
         return row.result.latency(which) / ref if ref else math.inf
 
+    def report(self):
+        """The sweep's suites, read through the schema (what ``show`` reads from files)."""
+        import pyperf
+
+        from prefixbench.reports import results
+        times, counts = self.suites()
+        return results.from_suites("(not written)", [
+            (name, pyperf.BenchmarkSuite(b)) for name, b in (("times", times),
+                                                             ("counts", counts)) if b])
+
     def table(self) -> str:
-        return {"retrieval": _retrieval_table, "ablation": _ablation_table,
-                "strategies": _strategies_table, "space": _space_table}[self.config.kind](self)
+        """What the command prints: rendered from the suites by ``prefixbench.reports``."""
+        from prefixbench.reports import show
+        return show.render(self.report())
 
     def disk_ratio(self, row: Row) -> float:
         """Space sweep: ``row``'s data bytes on disk over the reference's."""
@@ -694,10 +707,9 @@ class SweepResult:
         return _suites(self)
 
     def breakdown_table(self) -> str:
-        """Where each setting's time went (its first run at the first thread count)."""
-        from prefixbench.reports.breakdown import format_breakdown
-        return "where the time goes (paper Fig. 7)\n" + format_breakdown(
-            [(r.setting.label, r.result) for r in self.rows])
+        """Where each setting's time went (medians over repeats, the first thread count)."""
+        from prefixbench.reports import sweeps as report
+        return report.breakdown(self.report()) or "no breakdown recorded"
 
     def write(self, output: str) -> tuple[str, str]:
         """Write OUT.json (times) and OUT.counts.json (counts, sizes); returns both paths."""
@@ -1064,315 +1076,6 @@ def _stats(vals) -> tuple:
     return (statistics.median(vals), min(vals), max(vals))
 
 
-# ----------------------------------------------------------------------------- tables
-def _pct(x: float) -> str:
-    """Losses run from ~1e-6 to ~1e-3 of the oracle's hits: five decimals in percent."""
-    return f"{x * 100:.5f}%"
-
-
-def _num(x, digits=2) -> str:
-    return "-" if x is None else f"{x:,.{digits}f}"
-
-
-def _ratio(x: float) -> str:
-    return "inf" if math.isinf(x) else f"{x:.2f}x"
-
-
-def _change(new: float, old: float) -> str:
-    if not old:
-        return "n/a"
-    return f"{(new / old - 1) * 100:+.1f}%"
-
-
-def _conditions(res: SweepResult) -> str:
-    cfg = res.config
-    rows = res.rows
-    stored = any(r.engine_cache_bytes is not None for r in rows)
-    wl = cfg.workload
-    if cfg.workload_options:
-        wl += f" ({', '.join(f'{k}={v}' for k, v in cfg.workload_options.items())})"
-    if res.paper is not None:
-        p = res.paper
-        wl = cfg.workload + " (" + ", ".join(f"{k}={v}" for k, v in
-                                             p.workload_options.items()) + ")"
-    reqs = f"{rows[0].result.requests:,} requests" + (f" (--limit {cfg.limit})" if cfg.limit
-                                                      else "")
-    if res.paper is not None:
-        reqs += " timed"
-    counts = cfg.threads
-    threads = ("one request thread" if counts == (1,) else
-               "request threads " + ", ".join(map(str, counts)) + " (ratios at "
-               f"{counts[0]})")
-    parts = [f"workload {wl}", reqs, threads]
-    if cfg.repeat > 1:
-        parts.append(f"{cfg.repeat} repeats (median, min-max)")
-    line2 = f"engine {cfg.engine}, direct I/O {'on' if cfg.direct_io else 'off'}, " \
-            f"durability {cfg.durability}, cache {fmt_bytes(res.cache_bytes)}"
-    if res.sizing is not None:
-        s = res.sizing
-        where = ("counted from the trace, no sizing replay" if s.disk_bytes is None
-                 else f"{fmt_bytes(s.disk_bytes)} on disk")
-        line2 += (f" = {cfg.cache_fraction:.0%} of ssd-blockhash's logical store "
-                  f"({s.entries:,} entries x {KEY_BYTES + META_SIZE} B = "
-                  f"{fmt_bytes(s.logical_bytes)}; {where})")
-    if not stored:
-        line2 += " (no setting uses the engine)"
-    sarp = [r.setting.options for r in rows if r.setting.strategy == "sarp"]
-    if sarp:
-        line2 += f"; sarp backfill={sarp[0].get('backfill', cfg.backfill)}"
-    out = ", ".join(parts) + "\n" + line2
-    if res.paper is not None:
-        p = res.paper
-        out += (f"\nscale paper: {p.fraction_text} of {cfg.workload} "
-                f"({p.paper_blocks:,} blocks in the paper, section 6.1) -> "
-                f"{p.unique_blocks:,} unique blocks in {p.requests:,} requests; load phase "
-                f"{p.load_requests:,} requests untimed (bulk insert_known_prefix), run phase "
-                f"the last {p.run_requests:,} timed (match, then insert); the oracle "
-                f"shadows both")
-        if p.fraction < 1:
-            out += (f"\n  (the full size does not fit here, by the pre-flight estimate; "
-                    f"this fraction needs about {_gib(p.disk_need)} of disk and "
-                    f"{_gib(p.memory_need)} of memory; --force runs the full size)")
-    return out
-
-
-def _gib(n: float) -> str:
-    from prefixbench.harness.preflight import fmt_gib
-    return fmt_gib(n)
-
-
-def _spread_text(st: tuple, fmt) -> str:
-    """``median (min-max)``, or just the value when every repeat agrees."""
-    med, lo, hi = st
-    if math.isnan(med):
-        return "-"
-    if lo == hi:
-        return fmt(med)
-    return f"{fmt(med)} ({fmt(lo)}-{fmt(hi)})"
-
-
-def calibration(res: SweepResult) -> list:
-    """sarp's Table 4 figures beside the paper's: ``(figure, ours, paper, within)``."""
-    paper = PAPER_TABLE4.get(res.config.workload)
-    sarp = [r for r in res.rows if r.setting.strategy == "sarp"]
-    if paper is None or not sarp:
-        return []
-    out = []
-    for name, want in zip(TABLE4_FIGURES, paper):
-        got = sarp[0].stats.get(name)
-        ok = got is not None and abs(got - want) <= CALIBRATION_TOLERANCE * want
-        out.append((name, got, want, ok))
-    want = PAPER_SPAN_SHARE.get(res.config.workload)
-    got = getattr(res, "span_share", None)
-    if want is not None:
-        out.append(("span_share_gt3", got, want,
-                    None if got is None else abs(got - want) <= CALIBRATION_TOLERANCE * want))
-    return out
-
-
-def _retrieval_table(res: SweepResult) -> str:
-    header = ("setting", "max_retrieval", "hit rate", "oracle", "loss vs oracle", "lost tokens",
-              "retrievals/query", "store reads/match", "match mean", "insert mean",
-              "false hits")
-    rows = []
-    for r in res.rows:
-        x = r.result
-        rows.append((r.setting.label, budget_label(r.setting.options["max_retrieval"]),
-                     f"{x.hit_rate:.4%}", f"{x.oracle_hit_rate:.4%}", _pct(r.loss),
-                     f"{r.lost_tokens:,}", _num(r.stats.get("retrievals_per_query"), 3),
-                     _num(x.reads_per_match, 2), fmt_seconds(x.latency("match")),
-                     fmt_seconds(x.latency("insert")), x.false_hits))
-    return (f"retrieval-budget sweep (sarp, paper Fig. 9)\n{_conditions(res)}\n\n"
-            + format_table(header, rows))
-
-
-def _ablation_table(res: SweepResult) -> str:
-    header = ("setting", "cand. before filter", "after filter", "retrieved", "retrievals/query",
-              "routing entries", "routing bytes", "B/block", "loss vs oracle", "false hits")
-    rows = []
-    for r in res.rows:
-        s = r.stats
-        rows.append((r.setting.label, _num(s.get("candidates_before_filtering")),
-                     _num(s.get("candidates_after_filtering")), _num(s.get("candidates_retrieved")),
-                     _num(s.get("retrievals_per_query"), 3), f"{s.get('entries', 0):,}",
-                     f"{r.memory_bytes:,}", _num(r.memory_bytes_per_block),
-                     _pct(r.loss), r.result.false_hits))
-    out = [f"ablation (sarp, paper Fig. 10 and Table 4)\n{_conditions(res)}\n",
-           format_table(header, rows)]
-    labels = {r.setting.label for r in res.rows}
-    if "ablation-full" in labels:
-        full = res.row("ablation-full").stats
-        fb = res.row("ablation-full").memory_bytes
-        eff = []
-        if "ablation-no-refinement" in labels:
-            nr = res.row("ablation-no-refinement")
-            eff.append(("refinement", "candidates before filtering "
-                        + _change(full["candidates_before_filtering"],
-                                  nr.stats["candidates_before_filtering"])
-                        + ", routing bytes " + _change(fb, nr.memory_bytes)))
-        eff.append(("filtering", f"candidates {_num(full['candidates_before_filtering'])} -> "
-                    f"{_num(full['candidates_after_filtering'])} after filtering -> "
-                    f"{_num(full['candidates_retrieved'])} retrieved per routing entry"))
-        if "ablation-no-pruning" in labels:
-            npr = res.row("ablation-no-pruning")
-            eff.append(("pruning", "routing bytes " + _change(fb, npr.memory_bytes)
-                        + ", retrievals/query "
-                        + _change(full["retrievals_per_query"], npr.stats["retrievals_per_query"])))
-        out.append("\neffect of each mechanism (full design vs that mechanism off)\n"
-                   + format_table(("mechanism", "effect"), eff))
-    return "\n".join(out)
-
-
-def _space_table(res: SweepResult) -> str:
-    ref = res.reference.setting.label
-    header = ("strategy", "data on disk", "engine log", "logical bytes", "records",
-              "space amp", "disk ÷ " + ref, "block-metadata entries", "entries ÷ " + ref,
-              "loss vs oracle", "false hits")
-    rows = []
-    for r in res.rows:
-        x = r.result
-        rows.append((r.setting.label, fmt_bytes(x.store_bytes), fmt_bytes(x.store_log_bytes),
-                     fmt_bytes(x.logical_bytes), f"{x.store_records:,}",
-                     f"{x.space_amplification:.2f}x", _ratio(res.disk_ratio(r)),
-                     f"{int(r.stats.get('stored_block_entries', 0)):,}",
-                     _ratio(res.entries_ratio(r)), _pct(r.loss), x.false_hits))
-    return (f"space amplification (paper section 6.6, Table 5)\n{_conditions(res)}\n\n"
-            + format_table(header, rows)
-            + f"\n\ndata on disk: allocated blocks after a flush, the engine's logs apart; "
-            f"logical bytes: live keys (8 B) + values; space amp: data on disk ÷ logical bytes; "
-            f"block-metadata entries: block records the store holds, a block counted once per "
-            f"record that carries it ({res.rows[0].indexed_blocks:,} unique blocks indexed).")
-
-
-def _strategies_table(res: SweepResult) -> str:
-    ref = res.reference.setting.label
-    header = ("strategy", "req/s", f"{ref} ÷ it", "match mean", "match ÷ " + ref,
-              "insert mean", "insert ÷ " + ref, "loss vs oracle", "false hits",
-              "store reads/match", "mem B/block", "engine cache")
-    rows = []
-    for r in res.rows:
-        x = r.result
-        label = r.setting.label
-        runs = res.runs(label)
-
-        def med(fn, fmt):
-            return _spread_text(_stats([fn(k) for k in runs]), fmt)
-        rows.append((label, med(lambda k: k.result.throughput, lambda v: f"{v:,.0f}"),
-                     _spread_text(res.spread(label, lambda a, b: _safe_div(
-                         a.result.throughput, b.result.throughput)), _ratio),
-                     med(lambda k: k.result.latency("match"), fmt_seconds),
-                     _spread_text(res.spread(label, lambda a, b: _safe_div(
-                         b.result.latency("match"), a.result.latency("match"))), _ratio),
-                     med(lambda k: k.result.latency("insert"), fmt_seconds),
-                     _spread_text(res.spread(label, lambda a, b: _safe_div(
-                         b.result.latency("insert"), a.result.latency("insert"))), _ratio),
-                     med(lambda k: k.loss, _pct),
-                     sum(k.result.false_hits for k in res.all_rows if k.setting.label == label),
-                     _num(x.reads_per_match), _num(r.memory_bytes_per_block),
-                     "-" if r.engine_cache_bytes is None else fmt_bytes(r.engine_cache_bytes)))
-    out = []
-    if res.cap_choice is not None:
-        out.append(res.cap_choice.line())
-    out += [f"strategies side by side (paper section 6.2)\n{_conditions(res)}\n",
-            format_table(header, rows),
-            f"\n{ref} ÷ it: {ref}'s request throughput over this strategy's; match/insert ÷ "
-            f"{ref}: this strategy's mean latency over {ref}'s.  mem B/block: in-memory bytes "
-            f"(sarp: routing directory) per unique indexed block "
-            f"({res.rows[0].indexed_blocks:,}).  false hits: over every run."
-            + ("  With repeats a ratio is taken within each repeat; cells show the median "
-               "(min-max)." if res.config.repeat > 1 else "")]
-    out += strategies_notes(res)
-    return "\n".join(out)
-
-
-def strategies_notes(res: SweepResult) -> list:
-    """What the strategies sweep prints below its table, from the live run: each
-    strategy's options, the threads table, sarp's Table 4 beside the paper's."""
-    out = []
-    opts = [(r.setting.label, ", ".join(f"{k}={v}" for k, v in r.setting.options.items())
-             or "(defaults)") for r in res.rows]
-    out.append("\noptions of each strategy\n" + format_table(("strategy", "options"), opts))
-    if res.config.threaded and len(res.config.threads) > 1:
-        out.append(_threads_table(res))
-    sarp = [r for r in res.rows if r.setting.strategy == "sarp"]
-    if sarp:
-        s = sarp[0].stats
-        cal = {name: (want, ok) for name, _got, want, ok in calibration(res)}
-
-        def t4(name, label, digits=2):
-            row = [label, _num(s.get(name), digits)]
-            if cal:
-                want, ok = cal.get(name, (None, None))
-                row += ["-" if want is None else _num(want),
-                        "-" if ok is None else ("yes" if ok else "NO")]
-            return tuple(row)
-        rows4 = [t4("candidates_before_filtering",
-                    "candidates per routing entry before filtering"),
-                 t4("candidates_after_filtering", "candidates after filtering"),
-                 t4("candidates_retrieved", "candidates actually retrieved"),
-                 t4("retrievals_per_query", "segment retrievals per query", 3)]
-        if "span_share_gt3" in cal:
-            want, ok = cal["span_share_gt3"]
-            got = res.span_share
-            rows4.append(("spans with > 3 alternatives (section 3.2, the trace)",
-                          f"not measured (over {SPAN_STAT_MAX_BLOCKS:,} blocks)" if got is None
-                          else f"{got:.2%}", f"{want:.2%}",
-                          "-" if ok is None else ("yes" if ok else "NO")))
-        extra = [("routing entries", f"{s['entries']:,}"),
-                 ("routing bytes (per indexed block)",
-                  f"{sarp[0].memory_bytes:,} ({_num(sarp[0].memory_bytes_per_block)} B/block)"),
-                 ("segments (copied, extended in place)",
-                  f"{s['segments']:,} ({s['segments_copied']:,}, {s['segments_extended']:,})")]
-        if s.get("geometry"):
-            extra.append(("geometry", f"{s['geometry']}, preset {s.get('geometry_preset', '-')}"))
-        if "insert_reads_per_insert" in s:
-            extra.append(("segment reads per insert (records reused from the match)",
-                          f"{_num(s['insert_reads_per_insert'], 3)} "
-                          f"({s.get('insert_records_reused_from_match', 0):,})"))
-        pad = ("", "") if cal else ()
-        rows4 += [(a, b, *pad) for a, b in extra]
-        head = ("figure", "value") + (("paper", f"within {CALIBRATION_TOLERANCE:.0%}")
-                                      if cal else ())
-        scale = (f"--scale {res.config.scale}, {res.rows[0].indexed_blocks:,} indexed blocks")
-        out.append(f"\nsarp, paper Table 4 (at {scale})\n" + format_table(head, rows4))
-    return out
-
-
-def _safe_div(a: float, b: float) -> float:
-    return a / b if b else math.inf
-
-
-def _threads_table(res: SweepResult) -> str:
-    from prefixbench.reports.show import amdahl_text, karp_flatt
-    cfg = res.config
-    base = cfg.threads[0]
-    header = ["strategy"] + [f"req/s @{t}" for t in cfg.threads]
-    more = [t for t in cfg.threads if t > base]
-    for t in more:
-        header += [f"speedup {t}/{base}", f"serial frac @{t}", f"Amdahl bound @{t}"]
-    rows = []
-    for r in res.rows:
-        label = r.setting.label
-        row = [label]
-        for t in cfg.threads:
-            row.append(_spread_text(_stats([k.result.throughput for k in res.runs(label, t)]),
-                                    lambda v: f"{v:,.0f}"))
-        for t in more:
-            st = res.speedup(label, t)
-            e = karp_flatt(st[0], t / base)          # from the median speedup
-            row += [_spread_text(st, lambda v: f"{v:.2f}x"),
-                    "-" if math.isnan(e) else f"{e:.3f}", amdahl_text(e)]
-        rows.append(tuple(row))
-    cores = os.cpu_count() or 1
-    return (f"\nrequest threads side by side (paper Fig. 11): the paper ran "
-            f"{PAPER_REQUEST_THREADS} request threads and {PAPER_ROCKSDB_THREADS} RocksDB "
-            f"threads; this machine has {cores} cores.  Every count ran on the request-thread "
-            f"path (throughput = requests / wall time).\n"
-            + format_table(tuple(header), rows)
-            + "\nserial frac: Karp-Flatt e = (1/s - 1/p) / (1 - 1/p) from the median speedup "
-              "s at p times the threads; Amdahl bound: 1/e, the most any thread count gives.")
-
-
 # ----------------------------------------------------------------------------- pyperf
 #: figures only a sweep knows (strategy counters arrive from pyperf_io as ``index-*``);
 #: each is added to the counts suite unless pyperf_io already exports that name
@@ -1414,7 +1117,25 @@ def _sweep_metadata(res: SweepResult) -> dict:
         md.update(_scalar_metadata(res.cap_choice.metadata()))
     if res.span_share is not None:
         md["span_share_gt3"] = round(res.span_share, 6)
+    if res.config.kind == "strategies":
+        md.update({"paper_request_threads": PAPER_REQUEST_THREADS,
+                   "paper_rocksdb_threads": PAPER_ROCKSDB_THREADS,
+                   "span_share_max_blocks": SPAN_STAT_MAX_BLOCKS})
+        if res.config.workload in PAPER_TABLE4:
+            md.update({"table4_paper": json.dumps(list(PAPER_TABLE4[res.config.workload])),
+                       "calibration_tolerance": CALIBRATION_TOLERANCE})
+            if res.config.workload in PAPER_SPAN_SHARE:
+                md["span_share_paper"] = PAPER_SPAN_SHARE[res.config.workload]
+    if res.paper is not None and res.paper.fraction < 1:
+        md.update({"paper_disk_need": float(res.paper.disk_need),
+                   "paper_memory_need": float(res.paper.memory_need)})
     return md
+
+
+def _text_stats(stats: dict) -> dict:
+    """A strategy's counters that are text (sarp's geometry), which no figure carries."""
+    text = {k: v for k, v in sorted(stats.items()) if isinstance(v, str) and v}
+    return {"index_text": json.dumps(text, separators=(",", ":"))} if text else {}
 
 
 def _merge(benches: list) -> list:
@@ -1450,6 +1171,7 @@ def _suites(res: SweepResult) -> tuple[list, list]:
                                     else None, cfg.workload, config)
         md.update({"sweep": cfg.kind, "setting": s.label, **shared})
         md.update({"threads": r.threads, "repeat": r.repeat})
+        md.update(_text_stats(r.stats))
         if r.engine_cache_bytes is not None:
             md["cache_bytes"] = r.engine_cache_bytes
         t, c = pyperf_io.replay_suites(r.result, md)

@@ -9,8 +9,9 @@ wrote (no prefixbench metadata), an unknown schema version.
 The command behind a result (its *kind*) comes from the metadata and the
 names: ``sweep-<kind>`` from ``sweep``, ``recover`` (``recovery-*``),
 ``payload`` (workload ``payload-restore``), ``placement`` (``placement-*``),
-``scale`` (``threads-N-*`` without a setting), ``crashtest`` and ``describe``
-(metadata ``command``), otherwise ``run``.
+``scale`` (``threads-N-*`` without a setting), ``crashtest``, ``describe``,
+``hash-bench``, ``engine-bench`` and ``plugins`` (metadata ``command``),
+otherwise ``run``.
 """
 from __future__ import annotations
 
@@ -120,8 +121,12 @@ class Result:
         return str(self.md(setting).get("strategy", setting or "?"))
 
 
+#: commands named by the metadata ``command`` of the suites they write
+COMMANDS = ("crashtest", "describe", "hash-bench", "engine-bench", "plugins")
+
+
 def _kind(md: dict, names: list, readings: list) -> str:
-    if md.get("command") in ("crashtest", "describe"):
+    if md.get("command") in COMMANDS:
         return md["command"]
     if md.get("sweep"):
         return f"sweep-{md['sweep']}"

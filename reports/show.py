@@ -1,8 +1,8 @@
 """The tables commands print, rendered from their result suites only.
 
 ``run``, ``scale``, ``recover``, ``crashtest``, ``workload describe``,
-``payload`` and ``sweep`` (its main table: :mod:`prefixbench.reports.sweeps`)
-print through :func:`render` from the suites they just wrote (or built in
+``payload``, ``hash-bench``, ``engine-bench``, ``plugins`` and ``sweep`` (every
+kind: :mod:`prefixbench.reports.sweeps`) print through :func:`render` from the suites they just wrote (or built in
 memory, without ``-o``), and ``prefixbench show RESULT.json`` renders the same
 table from the file, so the two cannot drift.  A figure measured in several
 runs shows the median with the min-max; a figure the suite lists as zero
@@ -293,10 +293,123 @@ def format_payload(res) -> str:
     return "\n".join(out)
 
 
+def _value(res, name, default=0.0) -> float:
+    r = res.get(name)
+    return r.median if r is not None else default
+
+
+def format_hash_bench(res) -> str:
+    """``prefixbench hash-bench``: tokens per second, compiled path against Python."""
+    md, g = res.first(), res.get
+    best = md.get("hash_repeat", 3)
+    return (f"chained hashing, block size {_value(res, 'hash-block-size'):.0f}, one core"
+            f"{'' if md.get('hash_compiled', 1) else ' (compiled path not built: both Python)'}"
+            f"\n  Cython : {cell(g('hash-compiled-tokens-per-second'), _mtok(1))} M tokens/s "
+            f"({_value(res, 'hash-compiled-tokens'):,.0f} tokens, best of {best})\n"
+            f"  Python : {cell(g('hash-python-tokens-per-second'), _mtok(3))} M tokens/s "
+            f"({_value(res, 'hash-python-tokens'):,.0f} tokens)\n"
+            f"  ratio  : {cell(g('hash-speedup'), _int)}x")
+
+
+def _mtok(digits: int):
+    return lambda v: f"{v / 1e6:9.{digits}f}"
+
+
+#: ``engine-bench``'s lines: (label, figure or metadata key, format)
+ENGINE_LINES = (
+    ("engine", "md:engine", str), ("n_keys", "engine-keys", _int),
+    ("value_size", "engine-value-bytes", _int), ("batch", "engine-batch", _int),
+    ("cache_bytes", "engine-cache-bytes", _int), ("direct_io", "md:direct_io", str),
+    ("keys_per_pass", "engine-keys-per-pass", _int),
+    ("get_s_per_key", "engine-get-latency", lambda v: f"{v * 1e6:.3f} us"),
+    ("get_s_per_key_median", "engine-get-latency-median", lambda v: f"{v * 1e6:.3f} us"),
+    ("get_many_s_per_key", "engine-get-many-latency", lambda v: f"{v * 1e6:.3f} us"),
+    ("get_many_s_per_key_median", "engine-get-many-latency-median",
+     lambda v: f"{v * 1e6:.3f} us"),
+    ("size_on_disk_bytes", "store-bytes", _int),
+)
+
+
+def format_engine_bench(res) -> str:
+    """``prefixbench engine-bench``: one line per figure, the note last."""
+    md = res.first()
+    lines = []
+    for label, src, fmt in ENGINE_LINES:
+        if src.startswith("md:"):
+            v = md.get(src[3:], "-")
+            text = {0: "False", 1: "True"}.get(v, str(v)) if src == "md:direct_io" else str(v)
+        else:
+            text = cell(res.get(src), fmt)
+        lines.append(f"{label:>26}: {text}")
+    if md.get("engine_note"):
+        lines.append(f"{'note':>26}: {md['engine_note']}")
+    return "\n".join(lines)
+
+
+def format_plugins(res) -> str:
+    """``prefixbench plugins``: every plugin, and with ``--options`` each strategy's options."""
+    md = res.first()
+    try:
+        infos = json.loads(md.get("plugins", "[]"))
+    except (TypeError, ValueError):
+        raise SchemaError(f"{res.path}: the plugins list in the metadata is not JSON; "
+                          f"rerun `prefixbench plugins -o`") from None
+    out = format_table(("kind", "name", "package", "version", "summary"),
+                       [(i["kind"], i["name"], i["package"], i["version"], i["summary"])
+                        for i in infos])
+    if md.get("plugins_options"):
+        rows = [(i["name"], key, default, meaning) for i in infos if i["kind"] == "strategy"
+                for key, default, meaning in i.get("options", [])]
+        out += "\n\n" + format_table(("strategy", "option", "default", "meaning"), rows)
+    return out
+
+
+def _csv_value(res, column: str):
+    from prefixbench import schema
+    for f in schema.FIGURES:
+        for col, factor in f.csv:
+            if col == column:
+                r = res.get(f.name)
+                if r is None and f.name == "memory-bytes":
+                    r = res.get("index-memory-bytes")      # a run's is the strategy's counter
+                return None if r is None else r.median / factor
+    return None
+
+
+#: CSV column -> decimals it is rounded to (None: an integer)
+CSV_DIGITS = {"ops_per_s": 1, "hit_rate": 6, "oracle_hit_rate": 6, "loss_vs_oracle": 8,
+              "store_reads_per_match": 3, "requests": None, "false_hits": None,
+              "bytes_on_disk": None, "index_memory_bytes": None}
+
+
+def csv_row(res, date: str | None = None) -> dict:
+    """One ``run --csv`` row (:data:`prefixbench.schema.CSV_COLUMNS`) from a run's
+    suites: figures through each one's ``Figure.csv`` column, conditions from the
+    metadata; a figure the suite lacks is 0, as a zero the suite lists."""
+    from prefixbench import schema
+    md = res.first()
+    try:
+        cfg = json.loads(md.get("config", "{}"))
+    except (TypeError, ValueError):
+        cfg = {}
+    row = {"date": date or md.get("date", ""), "commit": str(md.get("git_commit", ""))[:12],
+           "strategy": md.get("strategy", ""), "engine": md.get("engine", "none"),
+           "workload": md.get("workload", ""),
+           "threads": int(md.get("threads", cfg.get("threads", 1)) or 1)}
+    for col in schema.CSV_COLUMNS:
+        if col in row:
+            continue
+        v = _csv_value(res, col) or 0.0
+        digits = CSV_DIGITS.get(col, 3)
+        row[col] = int(round(v)) if digits is None else round(v, digits)
+    return row
+
+
 #: result kind -> its table
 FORMATTERS = {"run": format_run, "scale": format_scale, "recover": format_recover,
               "crashtest": format_crashtest, "describe": format_describe,
-              "payload": format_payload}
+              "payload": format_payload, "hash-bench": format_hash_bench,
+              "engine-bench": format_engine_bench, "plugins": format_plugins}
 
 
 def render(res) -> str:
@@ -306,7 +419,9 @@ def render(res) -> str:
         from prefixbench.reports import sweeps
         f = sweeps.FORMATTERS.get(res.kind)
     if f is None:
-        raise SchemaError(f"{res.path}: show cannot print a {res.kind} result yet (it prints "
-                          f"{', '.join(sorted(FORMATTERS))}); `prefixbench report` draws it")
+        from prefixbench.reports import sweeps
+        known = sorted(FORMATTERS) + sorted(sweeps.FORMATTERS)
+        raise SchemaError(f"{res.path}: show cannot print a {res.kind} result (it prints "
+                          f"{', '.join(known)}); `prefixbench report` draws it")
     return f(res)
 

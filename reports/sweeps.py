@@ -1,12 +1,15 @@
 """The tables ``prefixbench sweep`` prints, from its suites: conditions, then one table.
 
-Each sweep kind (retrieval, ablation, strategies, space) has its main table
-here; the command prints it from the suites it wrote, and ``show`` prints the
-same from the file.  Cells are the median over repeats with the min-max; a
-ratio to the reference (the first setting) is taken within each repeat.  What
-the strategies sweep prints after its table (each strategy's options, sarp's
-Table 4 calibration, the threads table, the breakdown) and the cap rule's line
-before it come from the live run and are not in the suites' tables.
+Each sweep kind (retrieval, ablation, strategies, space, capacity) has its
+table here; the command prints it from the suites it wrote, and ``show``
+prints the same from the file.  Cells are the median over repeats with the
+min-max; a ratio to the reference (the first setting) is taken within each
+repeat.  The strategies sweep adds the cap rule's line above its table and,
+below it, each strategy's options, the threads table and sarp's Table 4
+calibration; any sweep run with ``--breakdown`` ends with the breakdown.  All
+of it comes from the suites: the figures, and the metadata keys
+:data:`prefixbench.schema.SWEEP_NOTE_KEYS` (a suite written before those keys
+shows what its figures allow: no paper column, no paper thread counts).
 """
 from __future__ import annotations
 
@@ -14,7 +17,8 @@ import json
 import math
 import statistics
 
-from prefixbench.reports.show import cell
+from prefixbench.reports.breakdown import format_breakdown
+from prefixbench.reports.show import amdahl_text, cell, karp_flatt
 from prefixbench.reports.tables import fmt_bytes, fmt_seconds, format_table
 
 #: bytes per indexed block of the paper's uncompressed logical store (8-byte key + metadata)
@@ -119,9 +123,28 @@ def conditions(res) -> str:
                 f"run phase the last {run:,} timed (match, then insert); the oracle shadows "
                 f"both")
         if f < 1:
+            need = ""
+            if isinstance(md.get("paper_disk_need"), (int, float)):
+                need = (f"this fraction needs about {_gib(md['paper_disk_need'])} of disk "
+                        f"and {_gib(md.get('paper_memory_need', 0))} of memory; ")
             out += ("\n  (the full size does not fit here, by the pre-flight estimate; "
-                    "--force runs the full size)")
+                    f"{need}--force runs the full size)")
     return out
+
+
+def _gib(n: float) -> str:
+    g = n / (1 << 30)
+    if g >= 1e6:
+        return f"{g:.3g} GiB"
+    return f"{g:,.1f} GiB" if g >= 0.1 else f"{n / (1 << 20):,.0f} MiB"
+
+
+def _md_json(md: dict, key: str, default=None):
+    """A metadata value the writer stored as JSON; ``default`` when absent or bad."""
+    try:
+        return json.loads(md[key])
+    except (KeyError, TypeError, ValueError):
+        return default
 
 
 def _budget(setting: str) -> str:
@@ -270,7 +293,9 @@ def format_strategies(res) -> str:
                      cell(g("memory-bytes-per-indexed-block", s), _num()),
                      cell(g("engine-cache-bytes", s), fmt_bytes)))
     blocks = g("indexed-blocks", ref)
-    return "\n".join([
+    cap = res.md(ref).get("cap_rule") or next(
+        (res.md(s).get("cap_rule") for s in ss if res.md(s).get("cap_rule")), None)
+    return "\n".join(([cap] if cap else []) + [
         f"strategies side by side (paper section 6.2)\n{conditions(res)}\n",
         format_table(header, rows),
         f"\n{ref} ÷ it: {ref}'s request throughput over this strategy's; match/insert ÷ "
@@ -278,9 +303,299 @@ def format_strategies(res) -> str:
         f"(sarp: routing directory) per unique indexed block ({cell(blocks, _int)}).  false "
         f"hits: over every run."
         + ("  With repeats a ratio is taken within each repeat; cells show the median "
-           "(min-max)." if repeat else "")])
+           "(min-max)." if repeat else "")] + strategies_notes(res))
+
+
+def _options_text(md: dict) -> str:
+    try:
+        opts = json.loads(md.get("config", "{}")).get("strategy_options") or {}
+    except (TypeError, ValueError, AttributeError):
+        opts = {}
+    return ", ".join(f"{k}={v}" for k, v in opts.items()) or "(defaults)"
+
+
+def strategies_notes(res) -> list:
+    """What the strategies sweep prints below its table: each strategy's options, the
+    threads table (more than one thread count), sarp's Table 4 beside the paper's."""
+    ss = settings(res)
+    out = ["\noptions of each strategy\n" + format_table(
+        ("strategy", "options"), [(s, _options_text(res.md(s))) for s in ss])]
+    counts = config(res).get("threads") or [1]
+    if len(counts) > 1:
+        out.append(threads_table(res, counts))
+    sarp = [s for s in ss if res.md(s).get("strategy") == "sarp"]
+    if sarp:
+        out.append(table4(res, sarp[0]))
+    return out
+
+
+#: sarp's Table 4 figures (paper order) and their labels
+TABLE4 = (("index-candidates-before-filtering", "candidates per routing entry before filtering"),
+          ("index-candidates-after-filtering", "candidates after filtering"),
+          ("index-candidates-retrieved", "candidates actually retrieved"))
+
+
+def calibration(res, setting) -> dict:
+    """``{figure: (paper value, within the tolerance)}`` for sarp's Table 4 figures and
+    the trace's span share, from the paper values the suite carries; {} without them."""
+    md = res.md(setting)
+    t = res.threads()[0]
+    paper, tol = _md_json(md, "table4_paper"), md.get("calibration_tolerance")
+    if not isinstance(paper, list) or not isinstance(tol, (int, float)):
+        return {}
+    out = {}
+    for (name, _), want in zip(TABLE4, paper):
+        got = res.get(name, setting, t)
+        out[name] = (want, got is not None and abs(got.median - want) <= tol * want)
+    want = md.get("span_share_paper")
+    if isinstance(want, (int, float)):
+        got = res.get("span-share-gt3", setting, t)
+        out["span-share-gt3"] = (want, None if got is None
+                                 else abs(got.median - want) <= tol * want)
+    return out
+
+
+def _yes(ok) -> str:
+    return "-" if ok is None else ("yes" if ok else "NO")
+
+
+def table4(res, s) -> str:
+    """sarp's Table 4 (candidates per routing entry) and its routing state."""
+    t = res.threads()[0]
+    md = res.md(s)
+    cal = calibration(res, s)
+
+    def g(n):
+        return res.get(n, s, t)
+
+    def t4(name, label, digits=2):
+        row = [label, cell(g(name), _num(digits))]
+        if cal:
+            want, ok = cal.get(name, (None, None))
+            row += ["-" if want is None else _num()(want), _yes(ok)]
+        return tuple(row)
+    rows = [t4(n, label) for n, label in TABLE4]
+    rows.append(t4("index-retrievals-per-query", "segment retrievals per query", 3))
+    if "span-share-gt3" in cal:
+        want, ok = cal["span-share-gt3"]
+        got = g("span-share-gt3")
+        limit = md.get("span_share_max_blocks")
+        rows.append(("spans with > 3 alternatives (section 3.2, the trace)",
+                     (f"not measured (over {limit:,} blocks)" if isinstance(limit, int)
+                      else "not measured") if got is None else f"{got.median:.2%}",
+                     f"{want:.2%}", _yes(ok)))
+    extra = [("routing entries", cell(g("index-entries"), _int)),
+             ("routing bytes (per indexed block)",
+              f"{cell(g('memory-bytes'), _int)} "
+              f"({cell(g('memory-bytes-per-indexed-block'), _num())} B/block)"),
+             ("segments (copied, extended in place)",
+              f"{cell(g('index-segments'), _int)} ({cell(g('index-segments-copied'), _int)}, "
+              f"{cell(g('index-segments-extended'), _int)})")]
+    text = _md_json(md, "index_text", {}) or {}
+    if text.get("geometry"):
+        extra.append(("geometry", f"{text['geometry']}, preset "
+                                  f"{text.get('geometry_preset', '-')}"))
+    if g("index-insert-reads-per-insert") is not None:
+        extra.append(("segment reads per insert (records reused from the match)",
+                      f"{cell(g('index-insert-reads-per-insert'), _num(3))} "
+                      f"({cell(g('index-insert-records-reused-from-match'), _int)})"))
+    pad = ("", "") if cal else ()
+    rows += [(a, b, *pad) for a, b in extra]
+    tol = md.get("calibration_tolerance")
+    head = ("figure", "value") + (("paper", f"within {tol:.0%}") if cal else ())
+    scale = (f"--scale {config(res).get('scale') or md.get('scale') or 'small'}, "
+             f"{cell(res.get('indexed-blocks', settings(res)[0], t), _int)} indexed blocks")
+    return f"\nsarp, paper Table 4 (at {scale})\n" + format_table(head, rows)
+
+
+def threads_table(res, counts: list) -> str:
+    """Throughput per thread count side by side, with the speedup over the first count
+    (median over repeats, each repeat against its own), Karp-Flatt and Amdahl."""
+    base = counts[0]
+    more = [c for c in counts if c > base]
+    header = ["strategy"] + [f"req/s @{c}" for c in counts]
+    for c in more:
+        header += [f"speedup {c}/{base}", f"serial frac @{c}", f"Amdahl bound @{c}"]
+    rows = []
+    for s in settings(res):
+        tps = {c: res.get("request-throughput", s, c) for c in counts}
+        row = [s] + [cell(tps[c], _int) for c in counts]
+        for c in more:
+            sp = _paired(tps[c], tps[base], lambda a, b: a / b if b else None)
+            e = karp_flatt(sp.median if sp is not None else math.nan, c / base)
+            row += [cell(sp, lambda v: f"{v:.2f}x"), "-" if math.isnan(e) else f"{e:.3f}",
+                    amdahl_text(e)]
+        rows.append(tuple(row))
+    md = res.first()
+    paper = ""
+    if isinstance(md.get("paper_request_threads"), int):
+        paper = (f" the paper ran {md['paper_request_threads']} request threads and "
+                 f"{md.get('paper_rocksdb_threads', '?')} RocksDB threads;")
+    return (f"\nrequest threads side by side (paper Fig. 11):{paper} this machine has "
+            f"{md.get('cpu_count', '?')} cores.  Every count ran on the request-thread "
+            f"path (throughput = requests / wall time).\n"
+            + format_table(tuple(header), rows)
+            + "\nserial frac: Karp-Flatt e = (1/s - 1/p) / (1 - 1/p) from the median speedup "
+              "s at p times the threads; Amdahl bound: 1/e, the most any thread count gives.")
+
+
+class _SuiteReplay:
+    """One setting's breakdown figures, shaped as the replay result
+    :func:`prefixbench.reports.breakdown.format_breakdown` reads."""
+
+    def __init__(self, res, setting, threads):
+        self._res, self._s, self._t = res, setting, threads
+        md = res.md(setting, threads)
+        self.breakdown = isinstance(md.get("breakdown_overhead"), (int, float))
+        self.breakdown_overhead = float(md.get("breakdown_overhead", 0.0))
+        self.breakdown_overhead_insert = float(md.get("breakdown_overhead_insert", 0.0))
+        self.breakdown_pair_ns = float(md.get("breakdown_pair_ns", 0.0))
+        self.phase_ns = {r.params["phase"].replace("-", "_"): None for r in res.readings
+                         if r.setting == setting and r.threads == threads
+                         and r.figure.name in ("match-time-<phase>", "insert-time-<phase>")}
+
+    def latency(self, which: str) -> float:
+        r = self._res.get(f"{which}-latency-mean", self._s, self._t)
+        return r.median if r is not None else 0.0
+
+    def phase_mean(self, which: str, name: str) -> float:
+        r = self._res.get(f"{which}-time-{name.replace('_', '-')}", self._s, self._t)
+        return r.median if r is not None else 0.0
+
+
+def breakdown(res) -> str | None:
+    """The breakdown under a sweep run with ``--breakdown`` (None without one)."""
+    t = res.threads()[0] if res.threads() else 1
+    rows = [(s, _SuiteReplay(res, s, t)) for s in settings(res)]
+    if not any(r.breakdown for _, r in rows):
+        return None
+    return "where the time goes (paper Fig. 7)\n" + format_breakdown(rows)
+
+
+def _capacity_text(pool_blocks) -> str:
+    return pool_blocks if isinstance(pool_blocks, str) else f"{pool_blocks:,}"
+
+
+def _capacity_rows(res):
+    """``(setting, strategy, capacity, metadata)`` per setting, in run order."""
+    out = []
+    for s in settings(res):
+        md = res.md(s)
+        cap = md.get("capacity_blocks", md.get("pool_blocks"))
+        out.append((s, str(md.get("strategy", s)), cap, md))
+    return out
+
+
+def _rate(res, name, s):
+    """``name`` / prompt tokens of setting ``s`` (median of the per-run ratios)."""
+    return _paired(res.get(name, s), res.get("prompt-tokens", s),
+                   lambda a, b: a / b if b else None)
+
+
+def capacity_violations(res) -> list:
+    """Stack-inclusion violations, ``(who, smaller cap, its rate, larger cap, its
+    rate)``: the oracle's hit rate (and an exact strategy's) must not fall as capacity
+    grows; empty where the suite says the check does not apply."""
+    rows = _capacity_rows(res)
+    if not rows or not rows[0][3].get("stack_inclusion_checked"):
+        return []
+    out = []
+    for strategy in dict.fromkeys(r[1] for r in rows):
+        mine = [r for r in rows if r[1] == strategy]
+        curves = [("oracle", "oracle-hit-tokens")]
+        if mine[0][3].get("exact"):
+            curves.append((strategy, "hit-tokens"))
+        for who, fig in curves:
+            pts = []
+            for s, _, cap, _ in mine:
+                h, p = res.get(fig, s), res.get("prompt-tokens", s)
+                pts.append((cap, h.median if h else 0.0, p.median if p else 0.0))
+            for (c0, h0, p0), (c1, h1, p1) in zip(pts, pts[1:]):
+                if h1 < h0:
+                    v = (who if who != "oracle" else f"oracle ({strategy})", c0,
+                         h0 / p0 if p0 else 0.0, c1, h1 / p1 if p1 else 0.0)
+                    if v not in out:
+                        out.append(v)
+    return out
+
+
+def format_capacity(res) -> str:
+    """``sweep capacity``: hit rate at each capacity beside the oracle with the same
+    pools, then the stack-inclusion check and the capacity cliff."""
+    rows = _capacity_rows(res)
+    md = res.first()
+    cfg = config(res)
+    head = (f"capacity sweep: {md.get('workload', '?')}, {md.get('pool_workers', '?')} "
+            f"worker(s), route {md.get('pool_route', '?')}, evict {md.get('pool_evict', '?')}, "
+            f"engine {cfg.get('engine', md.get('engine', '?'))}")
+    table = []
+    for s, strategy, cap, _ in rows:
+        def g(n, s=s):
+            return res.get(n, s)
+        table.append((strategy, _capacity_text(cap), cell(g("token-hit-rate"), _pct2),
+                      cell(g("oracle-hit-rate"), _pct2),
+                      cell(g("hit-rate-loss"), lambda v: f"{v:.3%}"),
+                      cell(_rate(res, "any-worker-hit-tokens", s), _pct2),
+                      cell(g("evictions-per-request"), lambda v: f"{v:.1f}"),
+                      cell(g("request-throughput"), _int),
+                      cell(g("match-latency-mean"), fmt_seconds),
+                      cell(g("match-latency-p99"), fmt_seconds),
+                      cell(g("insert-latency-mean"), fmt_seconds),
+                      _remove_mean(g("remove-latency-mean")),
+                      cell(g("index-entries"), _int), cell(g("index-memory-bytes"), fmt_bytes),
+                      cell(g("false-hits"), _int)))
+    notes = _md_json(md, "capacity_notes", []) or []
+    lines = [head, *notes, format_table(
+        ("strategy", "pool blocks", "hit rate", "oracle", "loss", "any worker",
+         "evictions/req", "req/s", "match mean", "match p99", "insert mean", "remove mean",
+         "index entries", "index memory", "false hits"), table)]
+    if md.get("stack_inclusion_checked"):
+        bad = capacity_violations(res)
+        if not bad:
+            lines.append("stack inclusion (LRU, one worker): holds - the hit rate never "
+                         "falls as capacity grows")
+        for who, c0, h0, c1, h1 in bad:
+            lines.append(f"stack inclusion VIOLATED: {who} hit rate {h1:.4%} at "
+                         f"{_capacity_text(c1)} blocks < {h0:.4%} at "
+                         f"{_capacity_text(c0)} blocks")
+    else:
+        lines.append("stack inclusion: not checked (it holds for --evict lru with one "
+                     "worker); the curve is as measured")
+    first = [r for r in rows if r[1] == rows[0][1]] if rows else []
+    best = None
+    for (sa, _, ca, _), (sb, _, cb, _) in zip(first, first[1:]):
+        ra, rb = res.get("oracle-hit-rate", sa), res.get("oracle-hit-rate", sb)
+        if ra is None or rb is None:
+            continue
+        drop = rb.median - ra.median
+        if best is None or drop > best[0]:
+            best = (drop, ca, ra.median, cb, rb.median)
+    if best is not None and best[0] > 0:
+        _, c0, h0, c1, h1 = best
+        lines.append(f"capacity cliff: oracle hit rate {h1:.2%} at {_capacity_text(c1)} "
+                     f"blocks, {h0:.2%} at {_capacity_text(c0)} blocks (the largest drop)")
+    return "\n".join(lines)
+
+
+def _remove_mean(r) -> str:
+    """A pool that never evicted made no remove call: no latency, not one of 0 s."""
+    return "-" if r is None or not r.high else cell(r, fmt_seconds)
+
+
+def _pct2(v) -> str:
+    return f"{v:.2%}"
+
+
+def _with_breakdown(fmt):
+    def render(res) -> str:
+        bd = breakdown(res)
+        return fmt(res) + (f"\n\n{bd}" if bd else "")
+    render.__doc__ = fmt.__doc__
+    return render
 
 
 #: sweep kind -> its table
-FORMATTERS = {"sweep-retrieval": format_retrieval, "sweep-ablation": format_ablation,
-              "sweep-space": format_space, "sweep-strategies": format_strategies}
+FORMATTERS = {k: _with_breakdown(f) for k, f in {
+    "sweep-retrieval": format_retrieval, "sweep-ablation": format_ablation,
+    "sweep-space": format_space, "sweep-strategies": format_strategies,
+    "sweep-capacity": format_capacity}.items()}

@@ -79,17 +79,6 @@ def test_payload(tmp_path, capsys):
     assert "layerwise (" in shown and "stripes / adjacent seq restore" in shown
 
 
-def _contained(capsys, argv, path):
-    """Show's table is one contiguous block of what the command printed (the strategies
-    sweep prints live notes around its table)."""
-    assert main(argv) == 0
-    printed = _table(capsys.readouterr().out).strip().splitlines()
-    assert main(["show", str(path)]) == 0
-    shown = capsys.readouterr().out.strip().splitlines()
-    assert shown and any(printed[i:i + len(shown)] == shown for i in range(len(printed)))
-    return "\n".join(shown)
-
-
 def test_sweep_retrieval(tmp_path, capsys):
     out = tmp_path / "sweep.json"
     shown = _same(capsys, ["-q", "sweep", "retrieval", "-w", "codeact", "-W", "sessions=3",
@@ -99,7 +88,214 @@ def test_sweep_retrieval(tmp_path, capsys):
 
 def test_sweep_strategies_with_repeats(tmp_path, capsys):
     out = tmp_path / "sweep.json"
-    shown = _contained(capsys, ["-q", "sweep", "strategies", "-w", "codeact", "-W",
-                                "sessions=3", "--strategies", "sarp,segment-hash",
-                                "--repeat", "2", "-o", str(out)], out)
+    shown = _same(capsys, ["-q", "sweep", "strategies", "-w", "codeact", "-W",
+                           "sessions=3", "--strategies", "sarp,segment-hash",
+                           "--repeat", "2", "-o", str(out)], out)
     assert "2 repeats (median, min-max)" in shown and "segment-hash" in shown
+
+
+def _exact(capsys, argv, path):
+    """Everything the command printed but its 'wrote' line is what show prints."""
+    assert main(argv) == 0
+    printed = _table(capsys.readouterr().out).strip()
+    assert main(["show", str(path)]) == 0
+    shown = capsys.readouterr().out.strip()
+    assert shown and printed == shown
+    return shown
+
+
+def test_sweep_strategies_notes_threads_and_breakdown(tmp_path, capsys):
+    """The options, threads, Table 4 and breakdown sections come from the suites."""
+    out = tmp_path / "sweep.json"
+    shown = _exact(capsys, ["-q", "sweep", "strategies", "-w", "codeact", "-W", "sessions=3",
+                            "--strategies", "sarp,dram-blockhash", "--threads", "1,2",
+                            "--breakdown", "-o", str(out)], out)
+    rows = [ln.split() for ln in shown.splitlines()]
+    assert ["sarp", "backfill=sync"] in rows and ["dram-blockhash", "(defaults)"] in rows
+    for needle in ("options of each strategy", "request threads side by side",
+                   "the paper ran 42 request threads", "serial frac @2", "Amdahl bound @2",
+                   "sarp, paper Table 4 (at --scale small", "within 25%", "59.30",
+                   "geometry", "where the time goes (paper Fig. 7)", "clock overhead"):
+        assert needle in shown, needle
+    assert shown.index("options of each") < shown.index("request threads side") \
+        < shown.index("paper Table 4") < shown.index("where the time goes")
+
+
+def test_sweep_strategies_cap_rule_line(tmp_path, capsys, monkeypatch):
+    """The cap rule's line above the table is the suite's cap_rule metadata."""
+    from prefixbench.harness import caprule
+    from prefixbench.harness.caprule import CapChoice
+
+    def choose(**kw):
+        return CapChoice(fraction=0.25, nodes=12, total_nodes=48, sarp_s=[0.1] * 5,
+                         capped_s=[0.15] * 5, sarp_median=0.1, capped_median=0.15, ratio=1.5,
+                         in_band=True, entries=10 ** 7, workload="codeact", engine="lmdb",
+                         steps=[(0.25, 0.15, 1.5)])
+    monkeypatch.setattr(caprule, "choose_cap", choose)
+    out = tmp_path / "sweep.json"
+    shown = _exact(capsys, ["-q", "sweep", "strategies", "-w", "codeact", "-W", "sessions=3",
+                            "-e", "lmdb", "--strategies", "sarp,segment-radix-capped",
+                            "-o", str(out)], out)
+    assert shown.splitlines()[0].startswith("cap rule: fraction 0.25 (12 of 48 nodes)")
+    assert ["segment-radix-capped", "cap_fraction=0.25"] in [ln.split() for ln in
+                                                              shown.splitlines()]
+
+
+def test_sweep_capacity(tmp_path, capsys):
+    out = tmp_path / "cap.json"
+    shown = _exact(capsys, ["-q", "sweep", "capacity", "-w", "codeact", "-W", "sessions=3",
+                            "--pool-blocks", "200,unbounded", "--strategies",
+                            "radix,dram-blockhash", "-o", str(out)], out)
+    rows = [ln.split() for ln in shown.splitlines()]
+    unbounded = [r for r in rows if r[:2] == ["radix", "unbounded"]][0]
+    assert unbounded[6] == "0.0"                  # no evictions: a zero, shown as 0
+    assert unbounded[14] == "-"     # and no remove call to time (latencies are 2 tokens)
+    assert "stack inclusion (LRU, one worker): holds" in shown
+
+
+def test_sweep_capacity_violation_and_note_from_the_suite(tmp_path):
+    """A violation and the notes line are rendered from the metadata and figures."""
+    from prefixbench.harness import capacity, pools
+    cfg = capacity.make_config(workload="codeact", workload_options={"sessions": "20"},
+                               pool_blocks="250,unbounded", strategies="radix")
+    res = capacity.run_capacity(cfg)
+    small, big = res.rows
+    assert big.result.oracle_hit_tokens > small.result.oracle_hit_tokens
+    res.rows = [capacity.CapacityRow("radix", 200, big.result, True),
+                capacity.CapacityRow("radix", pools.UNBOUNDED, small.result, True)]
+    cfg.notes = ["note: skipped sarp (cannot remove blocks)"]
+    report = res.table()
+    assert report.splitlines()[1] == "note: skipped sarp (cannot remove blocks)"
+    assert "stack inclusion VIOLATED: radix hit rate" in report
+    assert "stack inclusion VIOLATED: oracle (radix) hit rate" in report
+    assert "at 200 blocks" in report            # the row's capacity, not its pool's
+
+
+def test_hash_bench(tmp_path, capsys):
+    out = tmp_path / "hash.json"
+    shown = _exact(capsys, ["-q", "hash-bench", "--tokens", "32K", "-o", str(out)], out)
+    assert "M tokens/s (32,000 tokens, best of 3)" in shown and "ratio  :" in shown
+
+
+def test_engine_bench(tmp_path, capsys):
+    out = tmp_path / "eng.json"
+    shown = _exact(capsys, ["-q", "engine-bench", "-e", "memory", "--keys", "500",
+                            "-o", str(out)], out)
+    lines = dict(ln.strip().split(": ", 1) for ln in shown.splitlines())
+    assert lines["engine"] == "memory" and lines["n_keys"] == "500"
+    assert lines["size_on_disk_bytes"] == "0"     # the memory engine: a zero, shown as 0
+    assert lines["get_s_per_key"].endswith(" us")
+
+
+def test_plugins(tmp_path, capsys):
+    out = tmp_path / "plugins.json"
+    shown = _exact(capsys, ["-q", "plugins", "--options", "-o", str(out)], out)
+    rows = [ln.split()[:3] for ln in shown.splitlines()]
+    assert ["strategy", "sarp", "prefixbench"] in rows and ["sarp", "tau", "256"] in rows
+    from prefixbench.reports import results
+    assert results.load(str(out)).get("plugins-strategy").median >= 6
+
+
+def test_plugins_list_that_is_not_json_is_one_line(tmp_path, capsys):
+    from cli_support import one_line_error
+    out = tmp_path / "plugins.json"
+    assert main(["-q", "plugins", "-o", str(out)]) == 0
+    capsys.readouterr()
+    doc = json.load(open(out))
+    _set_metadata(doc, "plugins", "[not json")
+    json.dump(doc, open(out, "w"))
+    one_line_error(main(["show", str(out)]), capsys.readouterr().err, "plugins list")
+
+
+def _set_metadata(node, key, value=None, drop=False):
+    """Every metadata dict of a pyperf JSON document gets ``key`` (or loses it)."""
+    if isinstance(node, dict):
+        for k, v in list(node.items()):
+            if k == "metadata" and isinstance(v, dict):
+                if drop:
+                    v.pop(key, None)
+                else:
+                    v[key] = value
+            else:
+                _set_metadata(v, key, value, drop)
+    elif isinstance(node, list):
+        for v in node:
+            _set_metadata(v, key, value, drop)
+
+
+def test_unknown_sweep_kind_is_one_line(tmp_path, capsys):
+    from cli_support import one_line_error
+    out = tmp_path / "sweep.json"
+    assert main(["-q", "sweep", "retrieval", "-w", "codeact", "-W", "sessions=3",
+                 "--budgets", "1", "-o", str(out)]) == 0
+    capsys.readouterr()
+    for f in (out, tmp_path / "sweep.counts.json"):
+        doc = json.load(open(f))
+        _set_metadata(doc, "sweep", "tuning")
+        json.dump(doc, open(f, "w"))
+    code = main(["show", str(out)])
+    err = capsys.readouterr().err
+    one_line_error(code, err, "sweep-tuning")
+    assert "sweep-capacity" in err and "hash-bench" in err
+
+
+#: metadata keys a strategies sweep suite lacked before it carried its notes
+NEW_KEYS = ("table4_paper", "calibration_tolerance", "span_share_paper",
+            "span_share_max_blocks", "paper_request_threads", "paper_rocksdb_threads",
+            "index_text", "prefixbench_schema", "zero_figures")
+
+
+def test_show_reads_a_sweep_written_before_the_note_keys(tmp_path, capsys):
+    """A version-0 suite (no schema key, no zeros, no note keys) still shows: the
+    sections it has data for, without the paper column or the paper's threads."""
+    out = tmp_path / "old.json"
+    assert main(["-q", "sweep", "strategies", "-w", "codeact", "-W", "sessions=3",
+                 "--strategies", "sarp,dram-blockhash", "--threads", "1,2",
+                 "-o", str(out)]) == 0
+    capsys.readouterr()
+    for f in (out, tmp_path / "old.counts.json"):
+        doc = json.load(open(f))
+        for key in NEW_KEYS:
+            _set_metadata(doc, key, drop=True)
+        json.dump(doc, open(f, "w"))
+    assert main(["show", str(out)]) == 0
+    shown = capsys.readouterr().out
+    assert "strategies side by side" in shown and "options of each strategy" in shown
+    assert "sarp, paper Table 4" in shown and "within 25%" not in shown
+    assert "geometry" not in shown                       # a text counter it never stored
+    assert "request threads side by side (paper Fig. 11): this machine has" in shown
+    assert "the paper ran" not in shown
+
+
+def test_show_reads_a_capacity_sweep_written_before_the_note_keys(tmp_path, capsys):
+    out = tmp_path / "old.json"
+    assert main(["-q", "sweep", "capacity", "-w", "codeact", "-W", "sessions=3",
+                 "--pool-blocks", "200,unbounded", "--strategies", "radix",
+                 "-o", str(out)]) == 0
+    printed = _table(capsys.readouterr().out).strip()
+    for f in (out, tmp_path / "old.counts.json"):
+        doc = json.load(open(f))
+        for key in ("capacity_blocks", "exact", "prefixbench_schema"):
+            _set_metadata(doc, key, drop=True)
+        json.dump(doc, open(f, "w"))
+    assert main(["show", str(out)]) == 0
+    assert capsys.readouterr().out.strip() == printed    # pool_blocks names the capacity
+
+
+def test_csv_row_is_rendered_from_the_run_suites(tmp_path, capsys):
+    """run --csv writes the row reports render from the suites -o wrote."""
+    import csv
+
+    from prefixbench import schema
+    from prefixbench.reports import results, show
+    out, rows = tmp_path / "run.json", tmp_path / "rows.csv"
+    assert main(["-q", "run", "-s", "dram-blockhash", "-w", "codeact", "-W", "sessions=3",
+                 "--no-runner", "-o", str(out), "--csv", str(rows)]) == 0
+    (row,) = list(csv.DictReader(rows.open()))
+    assert tuple(row) == schema.CSV_COLUMNS               # the columns as before the schema
+    again = show.csv_row(results.load(str(out)), date=row["date"])
+    assert row == {k: str(v) for k, v in again.items()}
+    res = results.load(str(out))
+    assert int(row["requests"]) == res.get("requests").median
+    assert float(row["match_mean_us"]) == round(res.get("match-latency-mean").median * 1e6, 3)
+    assert row["false_hits"] == "0" and row["bytes_on_disk"] == "0"     # zeros, not blanks
