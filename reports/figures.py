@@ -20,6 +20,7 @@ Decisions where the paper and this harness differ:
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from dataclasses import dataclass, field
 
@@ -785,6 +786,141 @@ def serving(results, paper, opts):
                      panels, tuple(header), rows, list(results), [], notes)
 
 
+# ---------------------------------------------------------------- capacity (eviction)
+def _pool_capacity(r, setting):
+    """A capacity setting's pool size in blocks; None for the unbounded baseline."""
+    v = r.md(setting).get("pool_blocks")
+    if v is None:
+        v = str(setting).rsplit("-pool-", 1)[-1]
+    try:
+        n = int(v)
+    except (TypeError, ValueError):
+        return None
+    return n if n < 2 ** 62 else None
+
+
+def capacity_cliff(curve):
+    """The capacity cliff of a hit-rate curve ``[(capacity, hit rate), ...]`` (bounded
+    capacities, ascending): ``(c0, h0, c1, h1, x)`` for the adjacent pair over which
+    the hit rate rises most per decade of capacity, ``(h1 - h0) / log10(c1 / c0)``,
+    with ``x = sqrt(c0 * c1)``, the middle of that step on the log axis; None when
+    the curve never rises.
+
+    Per decade rather than per step, so unevenly spaced capacities compare fairly:
+    the cliff is where each factor of capacity given up costs the most hit rate,
+    the size a serving team should stay above.  (``sweep capacity`` prints the
+    largest absolute drop between adjacent capacities; with capacities evenly
+    spaced on a log scale the two name the same pair.)"""
+    best = None
+    for (c0, h0), (c1, h1) in zip(curve, curve[1:]):
+        if c1 <= c0 or c0 <= 0:
+            continue
+        slope = (h1 - h0) / math.log10(c1 / c0)
+        if slope > 0 and (best is None or slope > best[0]):
+            best = (slope, c0, h0, c1, h1)
+    if best is None:
+        return None
+    _, c0, h0, c1, h1 = best
+    return c0, h0, c1, h1, math.sqrt(c0 * c1)
+
+
+def _capacity_conditions(r) -> str:
+    """workload (and its options), evict policy, workers, route, engine of one sweep."""
+    md = r.first()
+    try:
+        cfg = json.loads(md.get("config", "{}")) or {}
+    except (TypeError, ValueError):
+        cfg = {}
+    wopts = cfg.get("workload_options") or {}
+    wl = r.workload() + (f" ({', '.join(f'{k}={v}' for k, v in sorted(wopts.items()))})"
+                         if wopts else "")
+    parts = [f"workload {wl}", f"evict {md.get('pool_evict', cfg.get('evict', '?'))}",
+             f"{md.get('pool_workers', cfg.get('workers', '?'))} worker(s)",
+             f"route {md.get('pool_route', cfg.get('route', '?'))}",
+             f"engine {cfg.get('engine', md.get('engine', '?'))} (for the strategies that "
+             f"store their index)"]
+    if cfg.get("limit"):
+        parts.append(f"first {cfg['limit']} requests")
+    if md.get("stack_inclusion_checked") in (1, "1", True):
+        bad = int(md.get("stack_inclusion_violations", 0) or 0)
+        parts.append("stack inclusion (LRU, one worker): " + (
+            "holds" if not bad else f"{bad} violation(s)"))
+    else:
+        parts.append("stack inclusion not checked (it holds for LRU with one worker)")
+    return "; ".join(parts)
+
+
+def capacity(results, paper, opts):
+    """Hit rate against pool capacity per strategy, beside the oracle under the same pools."""
+    rs = [r for r in results if r.kind == "sweep-capacity"]
+    if not rs:
+        return None
+    labels = _workload_labels(rs)
+    panels, rows, notes = [], [], []
+    for r, lab in zip(rs, labels):
+        by = {}                        # strategy -> [(capacity or None, setting)]
+        for s in r.settings(1):
+            by.setdefault(r.strategy(s), []).append((_pool_capacity(r, s), s))
+        caps = sorted({c for pts in by.values() for c, _ in pts if c is not None})
+        series, oracles = [], []
+        unbounded = None
+        for name, pts in by.items():
+            at = {c: s for c, s in pts}
+            series.append(Series(name, [scaled(point(r.get("token-hit-rate", at.get(c), 1)),
+                                                100) if c in at else None for c in caps]))
+            oc = [(c, r.get("oracle-hit-rate", at[c], 1)) for c in caps if c in at]
+            oracles.append((name, [(c, x.median * 100) for c, x in oc if x is not None]))
+            if None in at and unbounded is None:
+                u = r.get("oracle-hit-rate", at[None], 1)
+                unbounded = u.median * 100 if u is not None else None
+            for c, s in sorted(pts, key=lambda p: (p[0] is None, p[0] or 0)):
+                g = lambda n: r.get(n, s, 1)          # noqa: E731 - one setting's readings
+                rows.append((lab, name, f"{c:,}" if c is not None else "unbounded",
+                             cell(g("token-hit-rate"), lambda v: f"{v:.2%}"),
+                             cell(g("oracle-hit-rate"), lambda v: f"{v:.2%}"),
+                             cell(g("hit-rate-loss"), lambda v: f"{v:.3%}"),
+                             cell(g("evictions-per-request"), lambda v: f"{v:,.1f}"),
+                             cell(g("match-latency-mean"), lambda v: _us(v * US)),
+                             cell(g("match-latency-p99"), lambda v: _us(v * US)),
+                             cell(g("remove-latency-mean"), lambda v: _us(v * US)),
+                             cell(g("index-entries"), lambda v: f"{v:,.0f}")))
+        # the oracle is exact under the same pools: one curve unless the strategies' differ
+        distinct = []
+        for name, curve in oracles:
+            if curve and all(curve != d for _, d in distinct):
+                distinct.append((name, curve))
+        for name, curve in distinct:
+            at = dict(curve)
+            series.append(Series("oracle" if len(distinct) == 1 else f"oracle ({name})",
+                                 [(at[c],) * 3 if c in at else None for c in caps]))
+        vlines, hlines = [], []
+        cl = capacity_cliff(distinct[0][1]) if distinct else None
+        if cl is not None:
+            c0, h0, c1, h1, x = cl
+            vlines.append((x, f"cliff {c0:,}-{c1:,}"))
+            notes.append(f"{lab}: capacity cliff between {c0:,} and {c1:,} pool blocks: the "
+                         f"oracle's hit rate {h0:.2f}% -> {h1:.2f}%, "
+                         f"{(h1 - h0) / math.log10(c1 / c0):.1f} points per decade of "
+                         f"capacity, the steepest step of its curve")
+        else:
+            notes.append(f"{lab}: no capacity cliff: the oracle's hit rate does not rise over "
+                         f"the capacities measured")
+        if unbounded is not None:
+            hlines.append((unbounded, "oracle, unbounded pool"))
+        panels.append(Panel("lines", f"hit rate vs capacity: {lab}", "token hit rate (%)",
+                            caps, series, xlabel="pool blocks per worker (log)", log=False,
+                            xlog=True, vlines=vlines, hlines=hlines))
+        notes.append(f"{lab}: {_capacity_conditions(r)}")
+    notes.append("capacity cliff: the adjacent pair of capacities over which the oracle's hit "
+                 "rate rises most per decade of capacity (the dashed line, at their geometric "
+                 "mean); cells: median [min-max] over repeats")
+    return FigureOut("capacity", "Hit rate against KVCache pool capacity, beside the oracle",
+                     "(not in the paper: bounded pools with eviction)", panels,
+                     ("workload", "strategy", "pool blocks", "hit rate", "oracle hit rate",
+                      "loss vs oracle", "evictions/request", "match mean us", "match p99 us",
+                      "remove mean us", "index entries"), rows, rs, [], notes)
+
+
 #: (id, builder, the command that produces its input)
 #: ``placement-<policy>[-m<budget>]-<measure>`` (``placement frontier -o``)
 _PLACEMENT = None
@@ -840,6 +976,7 @@ FIGURES = (
     ("table5", table5, "prefixbench sweep space -w W -e rocksdb"),
     ("fig11", fig11, "prefixbench scale -s S -w W --threads 1,2,4"),
     ("range", range_restore, "prefixbench payload --objects ... -o OUT.json"),
+    ("capacity", capacity, "prefixbench sweep capacity -w W --pool-blocks N,N,... [--evict P]"),
     ("serving", serving, "any run or sweep"),
     ("placement", placement, "prefixbench placement frontier -w W -o OUT.json"),
 )

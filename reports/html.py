@@ -96,8 +96,18 @@ def caption(results) -> list:
         if "cap_fraction" in md:
             cap += f" (cap_fraction {md['cap_fraction']:.4g}, recovery ratio " \
                    f"{md.get('cap_recovery_ratio', 0):.2f}x)"
+        if engine == "none" and cfg.get("engine"):
+            # the first setting keeps no store (radix, dram-blockhash); others use this one
+            eng[0] = f"engine {cfg['engine']} (for the strategies that store their index)"
+        wopts = cfg.get("workload_options") or {}
+        items = [("workload", str(md.get("workload", "?")) + (
+            f" ({', '.join(f'{k}={v}' for k, v in sorted(wopts.items()))})" if wopts else ""))]
+        if "pool_evict" in md:
+            items.append(("pools", f"evict {md['pool_evict']}, {md.get('pool_workers', 1)} "
+                                   f"worker(s), route {md.get('pool_route', '-')}"))
         lines.append((r.label, [
             ("command", "prefixbench " + str(md.get("prefixbench_argv", "?"))),
+            *items,
             ("commit", str(md.get("git_commit", "?"))[:12]),
             ("machine", machine(md)),
             ("engine", "; ".join(eng)),

@@ -6,7 +6,10 @@
 - ``stacked``: one bar per category, one segment per series (phases of a
   latency breakdown, stages of recovery).
 - ``lines``: one line per series over numeric or ordered x (budget sweep,
-  thread scaling, restore time against object count).
+  thread scaling, restore time against object count, hit rate against
+  capacity on a log x axis); vertical markers name a place on x (a capacity
+  cliff, a saturation point), horizontal ones a reference level (the
+  unbounded pool's hit rate).
 The paper's values are black diamonds (a range is a vertical bar between two
 diamonds) at the category and series they belong to.
 """
@@ -37,6 +40,12 @@ class Panel:
     #: (category index, series index or None, low, high, label)
     paper: list = field(default_factory=list)
     log: bool | None = None   # None: decide from the data
+    #: lines only, numeric categories: a log-scaled x axis
+    xlog: bool = False
+    #: (x, label): a vertical marker at a place on the x axis (a cliff, a saturation point)
+    vlines: list = field(default_factory=list)
+    #: (y, label): a horizontal reference level (a baseline outside the x range)
+    hlines: list = field(default_factory=list)
 
 
 def spans_decade(values) -> bool:
@@ -101,6 +110,29 @@ def _lines(ax, panel: Panel) -> None:
     if not numeric:
         ax.set_xticks(xs)
         ax.set_xticklabels([str(c) for c in panel.categories])
+    elif panel.xlog and all(c > 0 for c in panel.categories):
+        # ticks at the measured points, labelled 250, 1.6k, 2M: the log axis's own
+        # minor labels (3x10^2 4x10^2 ...) collide at a handful of points
+        from matplotlib.ticker import NullFormatter
+        ax.set_xscale("log")
+        ax.set_xticks(list(panel.categories))
+        ax.set_xticklabels([compact(c) for c in panel.categories],
+                           rotation=30 if len(panel.categories) > 6 else 0)
+        ax.xaxis.set_minor_formatter(NullFormatter())
+    for y, label in panel.hlines:
+        ax.axhline(y, color=style.REFERENCE_COLOUR, linestyle=style.REFERENCE_LINE,
+                   linewidth=1.0, label=label)
+    for x, label in panel.vlines:
+        ax.axvline(x, color=style.MARK_COLOUR, linestyle=style.MARK_LINE, linewidth=1.1,
+                   label=label)
+
+
+def compact(x: float) -> str:
+    """``1600`` -> ``1.6k``, ``2e6`` -> ``2M``: a tick label that stays short."""
+    for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= div:
+            return f"{x / div:.3g}{suffix}"
+    return f"{x:.3g}"
 
 
 def draw(panels: list, fmt: str = "png", title: str = "") -> bytes:
@@ -136,7 +168,10 @@ def draw(panels: list, fmt: str = "png", title: str = "") -> bytes:
             elif labels:
                 ax.legend(handles, labels, loc="best")
         if title:
-            fig.suptitle(title)
+            import textwrap
+            # about one character per 0.09 inch at the title size: wrap, never clip
+            fig.suptitle("\n".join(textwrap.wrap(title, max(30, int(fig.get_figwidth()
+                                                                      / 0.09)))))
         fig.tight_layout()
         buf = io.BytesIO()
         fig.savefig(buf, format=fmt)
