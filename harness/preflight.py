@@ -5,7 +5,9 @@ then die of a full disk or the OOM killer.  So both first estimate what they
 will need from the entry count and the layout, compare it with what is free
 (``shutil.disk_usage`` of the directory the store goes to,
 ``psutil.virtual_memory().available``), and refuse with one line that names
-what to lower; ``--force`` skips the refusal.
+what to lower; ``--force`` skips the refusal.  ``reproduce`` runs the same
+estimates for every experiment it has still to run before the first starts
+(:func:`prefixbench.harness.reproduce.check_resources`).
 
 The estimates are deliberately rough and on the high side - they are bytes
 per indexed block measured on this project's layouts (lmcache-agent, 750k
@@ -280,14 +282,29 @@ def check_replay(what: str, strategies, engine, workload: str, workload_options:
     workload's size knob; returns the estimate (None with ``force``)."""
     if force:
         return None
-    entries = workload_entries(workload, workload_options)
-    if limit is not None and workload not in ("mooncake", "mooncake-synthetic"):
-        entries = min(entries, int(limit * 64 * 4))     # a request adds at most a few windows
-    need = sweep_need(entries, list(strategies), engine, cache_bytes=cache_bytes,
-                      work_dir=work_dir)
+    entries, need = replay_need(strategies, engine, workload, workload_options,
+                                cache_bytes=cache_bytes, limit=limit, work_dir=work_dir)
     check(f"{what} on workload {workload} (about {entries:,} blocks)", need,
           "the workload (-W sessions=... or a smaller trace) or --limit", free=free)
     return need
+
+
+def replay_entries(workload: str, workload_options: dict, limit: int | None = None) -> int:
+    """Blocks a replay of ``workload`` indexes, bounded by ``--limit`` where it applies."""
+    entries = workload_entries(workload, workload_options)
+    if limit is not None and workload not in ("mooncake", "mooncake-synthetic"):
+        entries = min(entries, int(limit * 64 * 4))     # a request adds at most a few windows
+    return entries
+
+
+def replay_need(strategies, engine, workload: str, workload_options: dict, *,
+                cache_bytes: int = 0, limit: int | None = None,
+                work_dir: str | None = None) -> tuple[int, Need]:
+    """``(entries, Need)`` of replays of one workload, each setting on a fresh store
+    beside the radix oracle (``run``, ``scale``, a sweep at its given size)."""
+    entries = replay_entries(workload, workload_options, limit)
+    return entries, sweep_need(entries, list(strategies), engine, cache_bytes=cache_bytes,
+                               work_dir=work_dir)
 
 
 #: bytes a payload path writes per payload byte (engines: their amplification)

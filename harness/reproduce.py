@@ -12,9 +12,10 @@ the summary (claim / paper / ours / met).
 
 The method (the paper's, section 6.1-6.2): SSD-backed strategies on RocksDB
 get 10% of ssd-blockhash's logical store as cache (``--cache-rule paper``);
-at ``--scale paper`` the sweeps build each profile to the paper's size with an
-untimed load phase and a timed run phase, and Segment-Radix (capped) gets the
-cap rule (its recovery 0.96-1.96x sarp's, from 1e7-entry builds).  At
+at ``--scale paper`` the strategies sweep builds each profile to the paper's
+size with an untimed load phase and a timed run phase (the retrieval, ablation
+and space sweeps, which have no phases, replay the paper-sized preset whole),
+and Segment-Radix (capped) gets the cap rule (its recovery 0.96-1.96x sarp's, from 1e7-entry builds).  At
 ``--scale small`` the workloads keep their own size, the cap is the fixed
 default (the cap rule's 1e7-entry builds alone take minutes) and recovery
 builds 2e5 entries; the report's conditions say so.
@@ -25,6 +26,23 @@ machine (96 MiB small, 1.5 GiB paper, so every count splits into whole 4 KiB
 pages: 16 KiB and 256 KiB objects at 6,144; the paper restores 6 GiB).
 ``reproduce placement`` is the hook for the sparse-caching figures: it runs
 ``placement frontier`` into OUTDIR.
+
+Pre-flight.  Before the first experiment starts, every experiment still to
+run is estimated with :mod:`prefixbench.harness.preflight` (the estimators its
+commands use themselves: ``recover -n``, a sweep at its given size or at
+``--scale paper``, the cap rule's recovery builds, ``payload``), and one that
+will not fit the disk or memory free now is refused in one line naming it and
+what to lower (``--scale``, ``--limit``, or ``--figures`` without it), before
+hours of the other experiments are spent.  Experiments run one at a time and
+each removes its store, so each must fit alone.  A ``--scale paper`` sweep
+sizes itself down to what fits, so it is refused only when even its smallest
+fraction does not.
+
+``--force`` means "run it anyway": completed experiments are rerun, this
+pre-flight is skipped, and ``--force`` is passed on to every command that
+takes it (``run``, ``scale``, ``sweep``, ``recover``, ``payload``; asked of
+the command's own parser), so none of them refuses on its own pre-flight
+either and a paper-scale sweep runs the full paper size.
 """
 from __future__ import annotations
 
@@ -58,6 +76,9 @@ def _both(argv: list, small: list = (), paper: list = ()) -> dict:
 
 _SWEEP_SMALL = ["--cap-rule", "fixed"]
 _SWEEP_PAPER = ["--scale", "paper", "--cap-rule", "paper"]
+#: the other sweeps have no load/run phases (``--scale`` is the strategies sweep's):
+#: at paper scale they replay the profile's paper-sized preset whole
+_PRESET_PAPER = ["-W", "preset=paper"]
 
 EXPERIMENTS = {
     "sarp": (
@@ -79,15 +100,15 @@ EXPERIMENTS = {
         }),
         Experiment("retrieval", ("fig9",), {
             "retrieval-codeact": _both(["sweep", "retrieval", "-w", "codeact", "-e", "rocksdb",
-                                        "--cache-rule", "paper"], [], ["--scale", "paper"]),
+                                        "--cache-rule", "paper"], [], _PRESET_PAPER),
         }),
         Experiment("ablation", ("fig10", "table4"), {
             "ablation-codeact": _both(["sweep", "ablation", "-w", "codeact"], [],
-                                      ["--scale", "paper"]),
+                                      _PRESET_PAPER),
         }),
         Experiment("space", ("table5",), {
             "space-codeact": _both(["sweep", "space", "-w", "codeact", "-e", "rocksdb"], [],
-                                   ["--scale", "paper"]),
+                                   _PRESET_PAPER),
         }),
         Experiment("threads", ("fig11",), {
             "scale-sarp": _both(["scale", "-s", "sarp", "-e", "rocksdb", "-w", "codeact",
@@ -156,6 +177,121 @@ def is_done(outdir: str, exp: Experiment) -> bool:
     return all(os.path.isfile(os.path.join(outdir, f"{stem}.json")) for stem in exp.runs)
 
 
+_PARSER = []
+
+
+def _parse(argv: list):
+    """``argv`` read by the CLI's own parser: ``(args, leftover)``."""
+    if not _PARSER:
+        from prefixbench.harness.cli import build_parser
+        _PARSER.append(build_parser())
+    return _PARSER[0].parse_known_args(argv)
+
+
+def takes_force(argv: list) -> bool:
+    """Whether the command ``argv`` names has a ``--force`` of its own."""
+    args, leftover = _parse([*argv, "--force"])
+    return "--force" not in leftover and getattr(args, "force", None) is True
+
+
+def estimate(argv: list) -> list:
+    """``(what, Need)`` for each build the command ``argv`` makes, by the estimator the
+    command itself uses; empty for commands with no long build (``placement``)."""
+    from prefixbench.harness import preflight as pf
+    from prefixbench.harness.build import parse_kv
+    from prefixbench.units import parse_size
+    args, _ = _parse(argv)
+    cmd = args.command
+    if cmd == "recover":
+        from prefixbench.harness.recovery import fmt_count, parse_count
+        n = parse_count("--entries", args.entries)
+        store = pf._needs_store(args.strategy)
+        need = pf.recover_need(n, args.strategy, args.engine if store else None,
+                               cache_bytes=parse_size("--cache-bytes", args.cache_bytes),
+                               work_dir=args.work_dir)
+        return [(f"recover -s {args.strategy} -n {fmt_count(n)}", need)]
+    if cmd in ("run", "scale"):
+        wopts = parse_kv("--workload-option", args.workload_option)
+        n, need = pf.replay_need([args.strategy], args.engine, args.workload, wopts,
+                                 cache_bytes=parse_size("--cache-bytes", args.cache_bytes),
+                                 limit=args.limit)
+        return [(f"{cmd} -s {args.strategy} on {args.workload}, about {n:,} blocks", need)]
+    if cmd == "sweep":
+        return _sweep_estimate(args)
+    if cmd == "payload":
+        from prefixbench.harness.payload import _parse_objects
+        objects = _parse_objects([x.strip() for x in args.objects.split(",") if x.strip()])
+        paths = [x.strip() for x in args.paths.split(",") if x.strip()]
+        need = pf.payload_need(parse_size("--payload", args.payload), paths, len(objects),
+                               parse_size("--pack-bytes", args.pack_bytes), args.work_dir)
+        return [(f"payload --payload {args.payload} over {len(paths)} paths", need)]
+    return []
+
+
+def _sweep_estimate(args) -> list:
+    from prefixbench.harness import preflight as pf
+    from prefixbench.harness import sweeps
+    from prefixbench.harness.build import parse_kv
+    cfg = sweeps.make_config(
+        args.kind, workload=args.workload,
+        workload_options=parse_kv("--workload-option", args.workload_option),
+        engine=args.engine, cache_rule=args.cache_rule, cache_bytes=args.cache_bytes,
+        cache_fraction=args.cache_fraction, limit=args.limit, strategies=args.strategies,
+        scale=args.scale, run_requests=args.run_requests, cap_rule=args.cap_rule,
+        cap_entries=args.cap_entries)
+    out = []
+    if cfg.scale == "paper":
+        from prefixbench.workloads import profiles
+        n = max(1, int(profiles.PAPER_BLOCKS[cfg.workload] * sweeps.MIN_PAPER_FRACTION))
+        cache = cfg.cache_bytes
+        if cfg.cache_rule == "paper":
+            cache = int(round(cfg.cache_fraction * n * (sweeps.KEY_BYTES + sweeps.META_SIZE)))
+        need = pf.sweep_need(n, cfg.strategies, cfg.engine, cache_bytes=cache,
+                             run_requests=cfg.run_requests)
+        out.append((f"sweep {cfg.kind} --scale paper at its smallest size, 1/"
+                    f"{round(1 / sweeps.MIN_PAPER_FRACTION)} of {cfg.workload}'s", need))
+    else:
+        n, need = pf.replay_need(cfg.strategies, cfg.engine, cfg.workload,
+                                 cfg.workload_options, cache_bytes=cfg.cache_bytes or 0,
+                                 limit=cfg.limit)
+        out.append((f"sweep {cfg.kind} on {cfg.workload}, about {n:,} blocks", need))
+    if cfg.kind == "strategies" and cfg.cap_rule == "paper":
+        from prefixbench.harness.recovery import fmt_count
+        for name in ("sarp", sweeps.CAPPED):
+            out.append((f"sweep {cfg.kind} --cap-rule paper: {name} at "
+                        f"{fmt_count(cfg.cap_entries)} entries",
+                        pf.recover_need(cfg.cap_entries, name, cfg.engine,
+                                        cache_bytes=cfg.cache_bytes)))
+    return out
+
+
+def _argv(exp: Experiment, stem: str, scale: str, limit: int | None, force: bool) -> list:
+    """The command line one result of ``exp`` runs (without ``-o``)."""
+    argv = list(exp.runs[stem][scale])
+    if limit and argv[0] in LIMITED:
+        argv += ["--limit", str(limit)]
+    if force and takes_force(argv):
+        argv.append("--force")
+    return argv
+
+
+def check_resources(paper: str, exps: list, *, scale: str, limit: int | None) -> None:
+    """Refuse (one line) the first experiment whose build will not fit what is free now."""
+    from prefixbench.harness import preflight as pf
+    for exp in exps:
+        for stem in exp.runs:
+            argv = _argv(exp, stem, scale, limit, False)
+            for what, need in estimate(argv):
+                short = pf.shortfall(need, pf.free_space(need.disk_dir))
+                if short is None:
+                    continue
+                lower = (["--scale small"] if scale == "paper" else
+                         ["--limit"] if argv[0] in LIMITED else [])
+                lower.append(f"--figures without {', '.join(exp.figures)}")
+                raise ConfigError(f"reproduce {paper}: experiment {exp.id} ({what}) needs "
+                                  f"{short}; lower {' or '.join(lower)}, or give --force")
+
+
 def _run_one(argv: list, quiet: bool) -> int:
     from prefixbench.harness.cli import main
     return main((["--quiet"] if quiet else []) + argv)
@@ -172,6 +308,9 @@ def reproduce(paper: str, outdir: str, *, scale: str = "small", figures: str | N
     from prefixbench.harness.progress import progress
     exps = select(paper, figures)
     outdir = check_outdir(outdir)
+    if not force:
+        check_resources(paper, [e for e in exps if not is_done(outdir, e)], scale=scale,
+                        limit=limit)
     status = {}
     bar = progress(len(exps), f"reproduce {paper}", quiet, unit="experiment")
     try:
@@ -186,12 +325,11 @@ def reproduce(paper: str, outdir: str, *, scale: str = "small", figures: str | N
                 os.unlink(_done_path(outdir, exp))
             t0 = time.perf_counter()
             ok = True
-            for stem, argvs in exp.runs.items():
+            ran = {}
+            for stem in exp.runs:
                 out = os.path.join(outdir, f"{stem}.json")
                 bar.set_postfix_str(f"{exp.id}: {stem}")
-                argv = list(argvs[scale])
-                if limit and argv[0] in LIMITED:
-                    argv += ["--limit", str(limit)]
+                argv = ran[stem] = _argv(exp, stem, scale, limit, force)
                 code = _run_one([*argv, "-o", out], quiet)
                 if code == 130:             # the command was interrupted: stop them all
                     raise KeyboardInterrupt
@@ -205,8 +343,7 @@ def reproduce(paper: str, outdir: str, *, scale: str = "small", figures: str | N
                 with open(_done_path(outdir, exp), "w") as fh:
                     json.dump({"experiment": exp.id, "figures": list(exp.figures),
                                "scale": scale, "seconds": round(took, 1),
-                               "limit": limit,
-                               "commands": {s: a[scale] for s, a in exp.runs.items()}}, fh)
+                               "limit": limit, "force": force, "commands": ran}, fh)
             status[exp.id] = round(took, 1) if ok else "failed"
             bar.update(1)
     finally:
@@ -234,7 +371,9 @@ def add_command(sub, commands: dict) -> None:
     p.add_argument("--figures", metavar="LIST", help="comma-separated figure ids (default: "
                    "all of the paper's)")
     p.add_argument("-o", "-d", "--outdir", dest="outdir", required=True, metavar="OUTDIR")
-    p.add_argument("--force", action="store_true", help="rerun completed experiments too")
+    p.add_argument("--force", action="store_true", help="run anyway: rerun completed "
+                   "experiments, skip the disk and memory pre-flight, and pass --force to "
+                   "every command that takes it (run, scale, sweep, recover, payload)")
     p.add_argument("--limit", type=int, metavar="N", help="replay only the first N requests "
                    "in each run, sweep and scale (a quick check, not a reproduction)")
     commands["reproduce"] = cmd_reproduce
