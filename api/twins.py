@@ -37,6 +37,7 @@ TWINS = (
     ("prefixbench.plugins._segments", "prefixbench.plugins._segments_ref"),
     ("prefixbench.plugins._segment_hash", "prefixbench.plugins._segment_hash_ref"),
     ("prefixbench.plugins._placement", "prefixbench.plugins._placement_ref"),
+    ("prefixbench.workloads._kvevents", "prefixbench.workloads._kvevents_ref"),
 )
 
 ENV_VAR = "PREFIXBENCH_PURE"

@@ -29,7 +29,13 @@ shorter hit is an index/engine disagreement, counted), then inserted on the
 batch's worker; BlockRemoved removes from that worker, AllBlocksCleared
 clears it.  A strategy tracking fewer workers than the stream has folds them
 onto worker 0 and removes a block only when no worker still holds it.
-Decoding and index work are timed apart per batch, as captured.  A lookup
+Decoding and index work are timed apart per batch, as captured.  Both run
+compiled (:mod:`prefixbench.workloads._kvevents`): each capture payload's
+msgpack is parsed straight into NumPy arrays (event kinds, block-hash offsets,
+parents), and the apply loop keeps parent memory in C++ and calls the
+strategy once per event (one match and one insert per BlockStored, one
+remove or clear per BlockRemoved / AllBlocksCleared), never per block;
+``PREFIXBENCH_PURE=1`` runs the pure-Python reference of both.  A lookup
 trace (``-W lookups=FILE``: token-jsonl hashed with ``block_hash=``, or
 JSONL ``hash_ids`` taken as the engine's own ids) is what a router sees: its
 requests are only matched, never inserted, and are interleaved by time with
@@ -48,11 +54,9 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from prefixbench.errors import ConfigError, MissingDependencyError, PrefixbenchError
-from prefixbench.metas import make_metas
-from prefixbench.metas import META_MAGIC
-from prefixbench.workloads.kvevents import (CaptureWriter, ChainMemory, DecodeStats,
-                                            KvEventsWorkload, _tokens)
-from prefixbench.workloads.model import ClearOp, RemoveOp, StoreOp
+from prefixbench.workloads.kvevents import (_kv, CaptureWriter, DecodeStats, KvEventsWorkload,
+                                            _tokens, iter_decoded)
+from prefixbench.workloads.model import StoreOp
 
 END_SEQ = (-1).to_bytes(8, "big", signed=True)
 
@@ -500,15 +504,12 @@ def replay_events(strategy, workload: KvEventsWorkload, *, oracle=None, check_ha
     CPU only, for a machine shared with other work)."""
     res = EventReplayResult(getattr(strategy, "name", "?"), workload.path)
     stats = DecodeStats()
-    mem = ChainMemory(workload.parent_memory)
     scheme = None
     if workload.block_hash and check_hashes:
         from prefixbench.workloads.hashschemes import make_hash_scheme
         scheme = make_hash_scheme(workload.block_hash, **workload.hash_options)
         res.hash_scheme = workload.block_hash
     hcheck = _HashCheck(scheme, workload.parent_memory, workload.path) if scheme is not None else None
-    max_w = int(getattr(strategy, "max_workers", 1) or 1)
-    can_remove = bool(getattr(strategy, "supports_remove", False))
     trace_ts, trace = (None, [])
     if workload.lookups:
         trace_ts, trace = _lookup_requests(workload.lookups, workload.block_hash,
@@ -521,12 +522,11 @@ def replay_events(strategy, workload: KvEventsWorkload, *, oracle=None, check_ha
         res.oracle_hit_blocks = 0
         if trace:
             res.trace_oracle_hit_tokens = 0
-    workers_seen: set = set()
     bs = workload.block_size
     perf = clock
-    it = workload.batches(stats)
-    n_op = n_lookups = lookup_blocks = hit_blocks = ancestor_blocks = misses = 0
-    mem_store, match, insert = mem.store, strategy.match, strategy.insert
+    it = iter_decoded(workload.path, stats, workload.strict, ops=hcheck is not None)
+    applier = _kv.ChainApply(strategy, oracle, workload.parent_memory, meta_size)
+    apply = applier.apply
     wall0 = time.perf_counter()
 
     def run_lookups(upto: float | None):
@@ -546,87 +546,44 @@ def replay_events(strategy, workload: KvEventsWorkload, *, oracle=None, check_ha
     while True:
         t0 = perf()
         try:
-            fr, ops = next(it)
+            fr, batch, ops = next(it)
         except StopIteration:
             res.decode_s += perf() - t0
             break
         t1 = perf()
         res.decode_s += t1 - t0
-        if trace and ops:
+        n_ops = len(batch[3])
+        if trace and n_ops:
             if t_ev0 is None:
-                t_ev0 = ops[0].ts
-            run_lookups(ops[0].ts - t_ev0)
+                t_ev0 = batch[0]
+            run_lookups(batch[0] - t_ev0)
             t1 = perf()
-        for op in ops:
-            n_op += 1
-            w = op.worker
-            kind = type(op)
-            if w not in workers_seen:
-                workers_seen.add(w)
-                if w >= max_w:
-                    res.workers_folded = True
-            per_worker = max_w > 1 and w < max_w
-            if kind is StoreOp:
-                if hcheck is not None:
+        if hcheck is not None:
+            for op in ops:
+                if type(op) is StoreOp:
                     hcheck.check(op, bs, res)
-                chain, n_anc = mem_store(op)
-                n = len(chain)
-                hit = match(chain).n_blocks
-                n_lookups += 1
-                lookup_blocks += n
-                hit_blocks += hit
-                ancestor_blocks += n_anc
-                if hit < n_anc:
-                    misses += 1
-                if meta_size == 16:                       # make_metas, inlined
-                    words = np.empty((n, 2), dtype=np.uint64)
-                    np.bitwise_xor(chain, META_MAGIC, out=words[:, 0])
-                    words[:, 1] = n_op
-                    metas = words.view(np.uint8)
-                else:
-                    metas = make_metas(chain, n_op, meta_size)
-                if per_worker:
-                    insert(chain, metas, worker=w)
-                else:
-                    insert(chain, metas)
-                if oracle is not None:
-                    res.oracle_hit_blocks += oracle.match(chain).n_blocks
-                    oracle.insert(chain, metas, worker=min(w, oracle.max_workers - 1))
-            elif kind is RemoveOp:
-                gone = mem.remove(op)
-                if not can_remove:
-                    res.removes_ignored += 1
-                elif per_worker:
-                    strategy.remove(op.block_hashes, worker=w)
-                elif len(gone):
-                    strategy.remove(gone)           # folded: only what no worker holds
-                if oracle is not None:
-                    oracle.remove(op.block_hashes, worker=min(w, oracle.max_workers - 1))
-            elif kind is ClearOp:
-                gone = mem.clear(op)
-                if not can_remove:
-                    res.removes_ignored += 1
-                elif per_worker:
-                    strategy.clear(worker=w)
-                elif len(gone):
-                    strategy.remove(gone)
-                if oracle is not None:
-                    oracle.clear(worker=min(w, oracle.max_workers - 1))
+        apply(batch)
         res.index_s += perf() - t1
         if progress is not None:
-            progress(len(ops))
+            progress(n_ops)
     run_lookups(None)
     res.wall_s = time.perf_counter() - wall0
-    res.lookups, res.lookup_blocks, res.hit_blocks = n_lookups, lookup_blocks, hit_blocks
-    res.ancestor_blocks, res.consistency_misses = ancestor_blocks, misses
+    c = applier.counters()
+    res.lookups, res.lookup_blocks, res.hit_blocks = c["lookups"], c["lookup_blocks"], \
+        c["hit_blocks"]
+    res.ancestor_blocks, res.consistency_misses = c["ancestor_blocks"], c["consistency_misses"]
+    res.removes_ignored = c["removes_ignored"]
+    if oracle is not None:
+        res.oracle_hit_blocks = c["oracle_hit_blocks"]
     for k in ("events", "batches", "stores", "removes", "clears", "blocks_stored",
               "blocks_removed", "seq_gaps", "seq_missing", "seq_duplicates", "replayed_frames"):
         setattr(res, k, getattr(stats, k))
     res.unknown_types = dict(stats.unknown_types)
     res.unknown_events = stats.unknown_events
-    res.unknown_parents = mem.unknown_parents
-    res.live_blocks = mem.live_blocks
-    res.workers = len(workers_seen)
+    res.unknown_parents = c["unknown_parents"]
+    res.live_blocks = c["live_blocks"]
+    res.workers = len(c["workers"])
+    res.workers_folded = c["workers_folded"]
     st = strategy.stats() if hasattr(strategy, "stats") else {}
     for key in ("live_blocks", "entries", "blocks"):
         if isinstance(st.get(key), (int, np.integer)):

@@ -56,6 +56,7 @@ from typing import Iterator
 
 import numpy as np
 
+from prefixbench import twins
 from prefixbench.errors import ConfigError, MissingDependencyError, TraceFormatError
 from prefixbench.hookspecs import hookimpl
 from prefixbench.units import int_in_range
@@ -68,6 +69,9 @@ MASK64 = (1 << 64) - 1
 U32 = 0xFFFFFFFF
 EVENT_TYPES = ("BlockStored", "BlockRemoved", "AllBlocksCleared")
 DEFAULT_PARENT_MEMORY = 1 << 20
+
+#: the batch decoder and apply loop: compiled, or the reference with PREFIXBENCH_PURE=1
+_kv = twins.load("prefixbench.workloads._kvevents")
 
 
 def msgpack_module():
@@ -188,8 +192,8 @@ def _positional(ev: list, names: tuple) -> dict:
     return dict(zip(names, ev[1:]))
 
 
-def decode_batch(obj, where: str, frame: int, stats: DecodeStats, strict: bool = False) -> list:
-    """One EventBatch (either form) as a list of operations."""
+def _header(obj, where: str):
+    """``(ts, events, worker)`` of an EventBatch (either form), checked."""
     if type(obj) is dict:
         ts, events, rank = obj.get("ts"), obj.get("events"), obj.get("data_parallel_rank")
     elif isinstance(obj, (list, tuple)) and len(obj) >= 2:
@@ -212,6 +216,18 @@ def decode_batch(obj, where: str, frame: int, stats: DecodeStats, strict: bool =
     else:
         raise TraceFormatError(f"{where}: data_parallel_rank {rank!r} is not a small "
                                "non-negative integer")
+    return ts, events, worker
+
+
+def batch_header(obj) -> tuple[float, int]:
+    """``(ts, worker)`` of an EventBatch :func:`decode_batch` has accepted."""
+    ts, _, worker = _header(obj, "")
+    return ts, worker
+
+
+def decode_batch(obj, where: str, frame: int, stats: DecodeStats, strict: bool = False) -> list:
+    """One EventBatch (either form) as a list of operations."""
+    ts, events, worker = _header(obj, where)
     out = []
     append = out.append
     n_store = n_remove = n_clear = b_store = b_remove = 0
@@ -374,17 +390,58 @@ def iter_batches(path: str, stats: DecodeStats | None = None, strict: bool = Fal
     unpackb = msgpack.unpackb
     for fr in iter_frames(path, stats):
         where = f"{path}: frame {fr.number}" + (f" (seq {fr.seq})" if fr.seq is not None else "")
-        obj = fr.obj
-        if fr.payload is not None:
-            try:
-                obj = unpackb(fr.payload, raw=False, strict_map_key=False)
-            except msgpack.ExtraData:
-                raise TraceFormatError(f"{where}: payload has bytes after its EventBatch") from None
-            except (ValueError, msgpack.UnpackException) as e:
-                raise TraceFormatError(f"{where}: truncated msgpack payload ({e})") from None
-            except TypeError as e:          # a map keyed by an array or a map
-                raise TraceFormatError(f"{where}: corrupt msgpack payload ({e})") from None
+        obj = fr.obj if fr.payload is None else unpack_payload(fr.payload, where, unpackb)
         yield fr, decode_batch(obj, where, fr.number, stats, strict)
+
+
+def unpack_payload(payload: bytes, where: str, unpackb=None):
+    """One frame's msgpack payload as Python objects; one line naming ``where`` if bad."""
+    msgpack = msgpack_module()
+    try:
+        return (unpackb or msgpack.unpackb)(payload, raw=False, strict_map_key=False)
+    except msgpack.ExtraData:
+        raise TraceFormatError(f"{where}: payload has bytes after its EventBatch") from None
+    except (ValueError, msgpack.UnpackException) as e:
+        raise TraceFormatError(f"{where}: truncated msgpack payload ({e})") from None
+    except TypeError as e:          # a map keyed by an array or a map
+        raise TraceFormatError(f"{where}: corrupt msgpack payload ({e})") from None
+
+
+def _count(stats: DecodeStats, batch: tuple) -> None:
+    ns, nr, nc, bs, br = batch[9]
+    stats.batches += 1
+    stats.events += batch[2]
+    stats.stores += ns
+    stats.removes += nr
+    stats.clears += nc
+    stats.blocks_stored += bs
+    stats.blocks_removed += br
+    for name, c in batch[8].items():
+        stats.unknown_types[name] = stats.unknown_types.get(name, 0) + c
+
+
+def iter_decoded(path: str, stats: DecodeStats | None = None, strict: bool = False,
+                 ops: bool = False) -> Iterator[tuple[Frame, tuple, list | None]]:
+    """``(frame, batch, operations)`` per frame: ``batch`` the array form of
+    :mod:`prefixbench.workloads._kvevents_ref` (decoded by the compiled twin from a
+    capture's payload bytes), ``operations`` the :func:`decode_batch` list when ``ops``
+    is asked for (the hash check needs the token ids), else None.  Counts go to
+    ``stats`` as :func:`iter_batches` counts them."""
+    stats = stats if stats is not None else DecodeStats()
+    decode = _kv.decode_payload
+    for fr in iter_frames(path, stats):
+        where = f"{path}: frame {fr.number}" + (f" (seq {fr.seq})" if fr.seq is not None else "")
+        if fr.payload is not None and not ops:
+            batch = decode(fr.payload, where, fr.number, strict)
+            lst = None
+        else:
+            obj = fr.obj if fr.payload is None else unpack_payload(fr.payload, where)
+            one = DecodeStats()
+            lst = decode_batch(obj, where, fr.number, one, strict)
+            ts, worker = batch_header(obj)
+            batch = _kv.batch_from_ops(lst, ts, worker, one.events, one.unknown_types)
+        _count(stats, batch)
+        yield fr, batch, lst
 
 
 class CaptureWriter:
@@ -449,10 +506,14 @@ class ChainMemory:
 
     def store(self, op: StoreOp) -> tuple[np.ndarray, int]:
         """The op's full chain and how many of its blocks are ancestors."""
-        new = op.block_hashes
+        return self.store_ids(op.worker, op.block_hashes, op.parent)
+
+    def store_ids(self, worker: int, new: np.ndarray, parent: int | None
+                  ) -> tuple[np.ndarray, int]:
+        """:meth:`store` of a BlockStored given as its worker, hashes and parent."""
         anc = None
-        if op.parent is not None:
-            anc = self.chain_of(op.parent)
+        if parent is not None:
+            anc = self.chain_of(parent)
             if anc is None:
                 self.unknown_parents += 1
         if anc is None or not len(anc):
@@ -462,10 +523,10 @@ class ChainMemory:
         keys = new.tolist()
         where = self.where
         where.update(zip(keys, zip(repeat(chain), range(n_anc, n_anc + len(keys)))))
-        live = self.live.get(op.worker)
+        live = self.live.get(worker)
         if live is None:
-            live = self.live[op.worker] = set()
-        if n_anc and op.parent not in live:
+            live = self.live[worker] = set()
+        if n_anc and parent not in live:
             # the engine holds the prefix it built on: its ancestors are live there again
             anc_keys = chain[:n_anc].tolist()
             live.update(anc_keys)
@@ -493,8 +554,11 @@ class ChainMemory:
 
     def remove(self, op: RemoveOp) -> np.ndarray:
         """Drop the blocks from the op's worker; returns those now held by no worker."""
-        keys = op.block_hashes.tolist()
-        live = self.live.get(op.worker)
+        return self.remove_ids(op.worker, op.block_hashes)
+
+    def remove_ids(self, worker: int, ids: np.ndarray) -> np.ndarray:
+        keys = ids.tolist()
+        live = self.live.get(worker)
         if live is None:
             return np.empty(0, dtype=np.uint64)
         held = [h for h in keys if h in live]
@@ -502,8 +566,13 @@ class ChainMemory:
         return self._forget(held)
 
     def clear(self, op: ClearOp) -> np.ndarray:
-        keys = self.live.pop(op.worker, set())
-        return self._forget(list(keys))
+        return self.clear_worker(op.worker)
+
+    def clear_worker(self, worker: int) -> np.ndarray:
+        """Drop every block of ``worker``; those held by no other worker go to the removed
+        memory in ascending id order (so the order does not depend on a set's layout)."""
+        keys = self.live.pop(worker, set())
+        return self._forget(sorted(keys))
 
     @property
     def live_blocks(self) -> int:
