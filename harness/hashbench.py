@@ -47,4 +47,6 @@ def benchmarks(r: dict, repeat: int = 3) -> list:
                                                        "tokens": r["cython_tokens"]})
     md.update({"command": "hash-bench", "hash_compiled": int(bool(r["compiled"])),
                "hash_repeat": repeat})
-    return pyperf_io.figure_benchmarks(schema.from_json(r), md)
+    figures = schema.from_json({k: v for k, v in r.items() if k != "block_size"})
+    figures["hash-block-size"] = float(r["block_size"])
+    return pyperf_io.figure_benchmarks(figures, md)

@@ -45,8 +45,9 @@ def add_commands(sub, commands: dict) -> None:
         cmp.add_argument("--fail-above", metavar="P%", help="exit 1 naming every figure that "
                          "regressed by more than P%% with significance")
     p = sub.add_parser("show", help="print the table the command behind a result printed",
-                       description="Print the table run, scale, recover, crashtest or "
-                       "workload describe printed when it wrote RESULT.json, from the file.")
+                       description="Print the table the command that wrote RESULT.json "
+                       "printed (run, scale, recover, crashtest, workload describe, payload, "
+                       "sweep of any kind, hash-bench, engine-bench, plugins), from the file.")
     p.add_argument("result", metavar="RESULT.json", help="a result file (either of a pair)")
     commands["show"] = cmd_show
     old = commands.get("compare")

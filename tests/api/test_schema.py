@@ -69,6 +69,34 @@ def test_metadata_and_csv_names_map_onto_the_schema():
     assert got["hit-rate-loss"] == 0 and got["false-hits"] == 0
 
 
+def test_every_csv_column_is_a_condition_or_one_figure():
+    """The documented mapping is complete: each column a run's row writes is either a
+    condition from the metadata or held by exactly one figure."""
+    for col in schema.CSV_COLUMNS:
+        holders = [f.name for f in schema.FIGURES for c, _ in f.csv if c == col]
+        assert (col in schema.CONDITIONS) != bool(holders), col
+        assert len(holders) <= 1, (col, holders)
+
+
+def test_hash_and_engine_bench_keys_have_schema_names():
+    hashed = schema.from_json({"compiled": True, "block_size": 16, "cython_tokens": 64000,
+                               "cython_tokens_per_s": 8e8, "python_tokens": 64000,
+                               "python_tokens_per_s": 8e5, "speedup": 1000.0})
+    # block_size is also workload describe's key: hash-bench names hash-block-size itself
+    assert set(hashed) == {"workload-block-size", "hash-compiled-tokens",
+                           "hash-compiled-tokens-per-second", "hash-python-tokens",
+                           "hash-python-tokens-per-second", "hash-speedup"}
+    engine = schema.from_json({"engine": "memory", "n_keys": 10, "value_size": 16, "batch": 4,
+                               "cache_bytes": 1024, "direct_io": False, "keys_per_pass": 10,
+                               "get_s_per_key": 1e-7, "get_s_per_key_median": 2e-7,
+                               "get_many_s_per_key": 1e-7, "get_many_s_per_key_median": 2e-7,
+                               "size_on_disk_bytes": 0})
+    assert engine["store-bytes"] == 0 and engine["engine-cache-bytes"] == 1024
+    assert schema.figure("engine-get-latency").unit == "seconds"
+    assert len(engine) == 10                          # every number but the direct_io flag
+    assert schema.params("plugins-eviction-policy") == {"kind": "eviction-policy"}
+
+
 def test_describe_and_crashtest_keys_have_schema_names():
     got = schema.from_json({"sessions": 40, "span_share_gt3": 0.2, "lost": 0, "false": 0,
                             "recovery_failures": 1, "workload": "codeact"})

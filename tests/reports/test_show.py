@@ -175,6 +175,10 @@ def test_hash_bench(tmp_path, capsys):
     out = tmp_path / "hash.json"
     shown = _exact(capsys, ["-q", "hash-bench", "--tokens", "32K", "-o", str(out)], out)
     assert "M tokens/s (32,000 tokens, best of 3)" in shown and "ratio  :" in shown
+    from prefixbench.reports import results
+    res = results.load(str(out))
+    assert res.kind == "hash-bench" and res.get("hash-block-size").median == 16
+    assert res.get("workload-block-size") is None
 
 
 def test_engine_bench(tmp_path, capsys):
@@ -299,3 +303,16 @@ def test_csv_row_is_rendered_from_the_run_suites(tmp_path, capsys):
     assert int(row["requests"]) == res.get("requests").median
     assert float(row["match_mean_us"]) == round(res.get("match-latency-mean").median * 1e6, 3)
     assert row["false_hits"] == "0" and row["bytes_on_disk"] == "0"     # zeros, not blanks
+
+
+def test_an_output_that_cannot_be_written_is_one_line(tmp_path, capsys):
+    """hash-bench, engine-bench and plugins check -o before any work."""
+    from cli_support import one_line_error
+    bad = str(tmp_path / "no" / "such" / "x.json")
+    for argv, what in ((["hash-bench", "--tokens", "32K"], "hash-bench"),
+                       (["engine-bench", "-e", "memory", "--keys", "10"], "engine-bench"),
+                       (["plugins"], "plugins")):
+        code = main(["-q", *argv, "-o", bad])
+        out = capsys.readouterr()
+        one_line_error(code, out.err, what, "does not exist")
+        assert out.out == ""
