@@ -892,7 +892,8 @@ def capacity(results, paper, opts):
         for name, curve in distinct:
             at = dict(curve)
             series.append(Series("oracle" if len(distinct) == 1 else f"oracle ({name})",
-                                 [(at[c],) * 3 if c in at else None for c in caps]))
+                                 [(at[c],) * 3 if c in at else None for c in caps],
+                                 reference=True))
         vlines, hlines = [], []
         cl = capacity_cliff(distinct[0][1]) if distinct else None
         if cl is not None:
@@ -912,8 +913,8 @@ def capacity(results, paper, opts):
                             xlog=True, vlines=vlines, hlines=hlines))
         notes.append(f"{lab}: {_capacity_conditions(r)}")
     notes.append("capacity cliff: the adjacent pair of capacities over which the oracle's hit "
-                 "rate rises most per decade of capacity (the dashed line, at their geometric "
-                 "mean); cells: median [min-max] over repeats")
+                 "rate rises most per decade of capacity (the vertical line, at their geometric "
+                 "mean, dash-dotted); cells: median [min-max] over repeats")
     return FigureOut("capacity", "Hit rate against KVCache pool capacity, beside the oracle",
                      "(not in the paper: bounded pools with eviction)", panels,
                      ("workload", "strategy", "pool blocks", "hit rate", "oracle hit rate",

@@ -27,6 +27,9 @@ class Series:
     label: str
     #: one (median, low, high) per category, None where this series has no value
     points: list
+    #: the exact reference (the oracle): lines draw it in its own style, on top, so
+    #: a strategy that matches it exactly still shows beneath
+    reference: bool = False
 
 
 @dataclass
@@ -99,9 +102,14 @@ def _lines(ax, panel: Panel) -> None:
             continue
         x = [a for a, _ in pts]
         med = [p[0] for _, p in pts]
-        ax.errorbar(x, med, yerr=[[p[0] - p[1] for _, p in pts], [p[2] - p[0] for _, p in pts]],
-                    marker="o", markersize=3.5, capsize=2, label=s.label, color=style.colour(i),
-                    linewidth=1.4)
+        yerr = [[p[0] - p[1] for _, p in pts], [p[2] - p[0] for _, p in pts]]
+        if s.reference:
+            ax.errorbar(x, med, yerr=yerr, marker="x", markersize=4, capsize=2, label=s.label,
+                        color=style.ORACLE_COLOUR, linestyle=style.ORACLE_LINE,
+                        linewidth=1.0, zorder=3)
+            continue
+        ax.errorbar(x, med, yerr=yerr, marker="o", markersize=3.5, capsize=2, label=s.label,
+                    color=style.colour(i), linewidth=1.4)
     for ci, _, low, high, _ in panel.paper:
         x = x_of(ci)
         ax.plot([x, x], [low, high], color=style.PAPER_COLOUR, linewidth=1.2)

@@ -13,9 +13,12 @@ HATCHES = ("", "//", "..", "xx")
 #: the paper's values: drawn in this colour and marker everywhere
 PAPER_COLOUR = "#000000"
 PAPER_MARKER = "D"
+#: the exact oracle's curve beside the strategies
+ORACLE_COLOUR = "#000000"
+ORACLE_LINE = (0, (4, 2))
 #: a place marked on a line plot (capacity cliff, saturation point)
-MARK_COLOUR = "#333333"
-MARK_LINE = "--"
+MARK_COLOUR = "#555555"
+MARK_LINE = "-."
 #: a reference level drawn across a line plot (the unbounded pool)
 REFERENCE_COLOUR = "#888888"
 REFERENCE_LINE = ":"

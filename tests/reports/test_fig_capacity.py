@@ -79,6 +79,7 @@ def test_the_panel_is_log_x_with_the_cliff_marked(sweep):
     (panel,) = fig.panels
     assert panel.xlog and panel.categories == [250, 400, 800, 1600]
     assert [s.label for s in panel.series] == ["radix", "sarp", "oracle"]
+    assert [s.reference for s in panel.series] == [False, False, True]   # drawn apart, on top
     oracle = [p[0] for p in panel.series[-1].points]
     cl = figures.capacity_cliff(list(zip(panel.categories, oracle)))
     assert cl is not None
