@@ -41,7 +41,9 @@ same figures beside the bounded ones (``--pool-blocks 5e3,5e4,unbounded``).
 ``run --pool-blocks N`` is one such replay; it skips the pyperf.Runner
 warmed-match benchmark (a pool's content depends on the whole history, so
 there is no repeatable warm state) and writes the suites of
-:func:`prefixbench.harness.pyperf_io.replay_suites` with the pool figures.
+:func:`prefixbench.harness.pyperf_io.replay_suites` with the pool figures
+(:func:`pooled_suites`), from which it prints the run's table and the pool
+figures, as ``show`` does.
 """
 from __future__ import annotations
 
@@ -303,8 +305,7 @@ def run_pooled(spec, pool: _pools.PoolConfig, *, output: str | None, quiet: bool
     _pools.check_strategy(spec.strategy, pool)
     workload = make_workload(spec.workload, spec.workload_options)
     _pools.check_fits(workload, pool.pool_blocks, spec.limit)
-    cls = get_registry().get("strategy", spec.strategy).factory
-    engine = spec.engine if cls.needs_store else None
+    engine = _pooled_engine(spec)
     desc = (spec.strategy + (f"/{engine}" if engine else "")
             + f" pool {_pools.capacity_text(pool.pool_blocks)}")
     res = replay_one(spec.strategy, spec.strategy_options, workload, pool, engine=engine,
@@ -312,9 +313,7 @@ def run_pooled(spec, pool: _pools.PoolConfig, *, output: str | None, quiet: bool
                      direct_io=spec.direct_io, durability=spec.durability,
                      store_dir=spec.store_dir, limit=spec.limit, quiet=quiet, desc=desc,
                      status_every=spec.status_every)
-    md = pyperf_io.run_metadata(spec.strategy, engine, spec.workload,
-                                {**spec.config(), **pool.describe()})
-    times, counts = pyperf_io.replay_suites(res, md)
+    times, counts = pooled_suites(spec, pool, res)
     _write(output, times, counts)
     if res.false_hits:
         raise FalseHitsError(f"{spec.strategy}: {res.false_hits} false hits under pools "
@@ -323,29 +322,14 @@ def run_pooled(spec, pool: _pools.PoolConfig, *, output: str | None, quiet: bool
     return res
 
 
-def format_pool_lines(res: ReplayResult) -> str:
-    """The pool figures of one run, under ``format_replay``'s table."""
-    from prefixbench.reports.tables import fmt_seconds, format_table
+def _pooled_engine(spec):
+    cls = get_registry().get("strategy", spec.strategy).factory
+    return spec.engine if cls.needs_store else None
 
-    p = res.pool
-    n = res.requests or 1
-    any_rate = res.any_hit_tokens / res.prompt_tokens if res.prompt_tokens else 0.0
-    oany = res.oracle_any_hit_tokens / res.prompt_tokens if res.prompt_tokens else 0.0
-    rows = [
-        ("pools", f"{p['pool_workers']} worker(s) x "
-                  f"{_pools.capacity_text(_pools.parse_pool_blocks('', p['pool_blocks']))} "
-                  f"blocks, evict "
-                  f"{p['pool_evict']}, route {p['pool_route']}"),
-        ("hit rate on the routed worker", f"{res.hit_rate:.4%} (oracle, same pools "
-                                          f"{res.oracle_hit_rate:.4%})"),
-        ("hit rate on any worker", f"{any_rate:.4%} (oracle {oany:.4%})"),
-        ("evictions / removals per request",
-         f"{res.evictions / n:.2f} / {res.removals / n:.2f}"),
-        ("remove latency mean / p99 (per call)",
-         " / ".join(fmt_seconds(res.latency("remove", q)) for q in (None, 99))
-         if len(res.remove_ns) else "- (nothing evicted)"),
-        ("missing locations", str(res.missing_locations)),
-        ("index entries at the end", f"{int(res.strategy_stats.get('entries', 0)):,} "
-                                     f"(pools hold {res.pool_held:,} blocks)"),
-    ]
-    return format_table(("pool figure", "value"), rows)
+
+def pooled_suites(spec, pool: _pools.PoolConfig, res: ReplayResult) -> tuple[list, list]:
+    """(times, counts) of one pooled run: what ``run --pool-blocks`` writes and prints
+    through ``prefixbench.reports`` (its table, then the pool figures)."""
+    md = pyperf_io.run_metadata(spec.strategy, _pooled_engine(spec), spec.workload,
+                                {**spec.config(), **pool.describe()})
+    return pyperf_io.replay_suites(res, md)

@@ -84,7 +84,44 @@ def format_run(res) -> str:
         rows.append(("warmed match latency (pyperf runner)",
                      cell(g("match-latency-warm"), fmt_seconds)))
     rows.append(("gc", str(md.get("gc", "-"))))
-    return format_table(("figure", "value"), rows)
+    out = format_table(("figure", "value"), rows)
+    if md.get("pool_blocks") is not None:
+        out += "\n" + format_pool(res)
+    return out
+
+
+def format_pool(res) -> str:
+    """A bounded-pool run's figures (``run --pool-blocks``), under its table."""
+    md, g = res.first(), res.get
+    blocks = md.get("pool_blocks")
+    prompt = g("prompt-tokens")
+
+    def share(name):
+        r = g(name)
+        return r.median / prompt.median if r is not None and prompt and prompt.median else 0.0
+    remove = g("remove-latency-mean")
+    rows = [
+        ("pools", f"{md.get('pool_workers', '?')} worker(s) x "
+                  f"{blocks if isinstance(blocks, str) else f'{blocks:,}'} blocks, evict "
+                  f"{md.get('pool_evict', '?')}, route {md.get('pool_route', '?')}"),
+        ("hit rate on the routed worker", f"{cell(g('token-hit-rate'), _pct4)} (oracle, "
+                                          f"same pools {cell(g('oracle-hit-rate'), _pct4)})"),
+        ("hit rate on any worker", f"{share('any-worker-hit-tokens'):.4%} (oracle "
+                                   f"{share('oracle-any-worker-hit-tokens'):.4%})"),
+        ("evictions / removals per request",
+         f"{cell(g('evictions-per-request'), _f2)} / {cell(g('removals-per-request'), _f2)}"),
+        ("remove latency mean / p99 (per call)",
+         f"{cell(remove, fmt_seconds)} / {cell(g('remove-latency-p99'), fmt_seconds)}"
+         if remove is not None and remove.high else "- (nothing evicted)"),
+        ("missing locations", cell(g("missing-locations"), _int)),
+        ("index entries at the end", f"{cell(g('index-entries'), _int)} (pools hold "
+                                     f"{cell(g('pool-blocks-held'), _int)} blocks)"),
+    ]
+    return format_table(("pool figure", "value"), rows)
+
+
+def _f2(v) -> str:
+    return f"{v:.2f}"
 
 
 def format_scale(res) -> str:

@@ -30,6 +30,14 @@ def test_run(tmp_path, capsys):
     assert md["prefixbench_schema"] == 1 and md["cpu_count"] >= 1 and md["mem_total"]
 
 
+def test_run_with_pools(tmp_path, capsys):
+    out = tmp_path / "pool.json"
+    shown = _exact(capsys, ["-q", "run", "-s", "radix", "-w", "codeact", "-W", "sessions=3",
+                            "--pool-blocks", "unbounded", "-o", str(out)], out)
+    assert "pools                                 1 worker(s) x unbounded blocks" in shown
+    assert "- (nothing evicted)" in shown
+
+
 def test_scale(tmp_path, capsys):
     out = tmp_path / "scale.json"
     shown = _same(capsys, ["-q", "scale", "-s", "dram-blockhash", "-w", "codeact", "-W",
