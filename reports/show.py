@@ -56,7 +56,8 @@ def _latencies(res, which: str, threads=None) -> str:
 
 
 def format_run(res) -> str:
-    """``prefixbench run``: the figures of one replay as a two-column table."""
+    """``prefixbench run``: the figures of one replay as a two-column table, then the
+    pool figures (``--pool-blocks``) or the breakdown (``--breakdown``)."""
     md = res.first()
     engine = md.get("engine", "none")
     g = res.get
@@ -87,6 +88,12 @@ def format_run(res) -> str:
     out = format_table(("figure", "value"), rows)
     if md.get("pool_blocks") is not None:
         out += "\n" + format_pool(res)
+    from prefixbench.reports.breakdown import format_breakdown
+    from prefixbench.reports.sweeps import SuiteReplay
+    split = SuiteReplay(res, None, 1)
+    if split.breakdown:
+        out += ("\n\nwhere the time goes (paper Fig. 7)\n"
+                + format_breakdown([(md.get("strategy", "?"), split)]))
     return out
 
 

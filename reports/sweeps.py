@@ -439,7 +439,7 @@ def threads_table(res, counts: list) -> str:
               "s at p times the threads; Amdahl bound: 1/e, the most any thread count gives.")
 
 
-class _SuiteReplay:
+class SuiteReplay:
     """One setting's breakdown figures, shaped as the replay result
     :func:`prefixbench.reports.breakdown.format_breakdown` reads."""
 
@@ -466,7 +466,7 @@ class _SuiteReplay:
 def breakdown(res) -> str | None:
     """The breakdown under a sweep run with ``--breakdown`` (None without one)."""
     t = res.threads()[0] if res.threads() else 1
-    rows = [(s, _SuiteReplay(res, s, t)) for s in settings(res)]
+    rows = [(s, SuiteReplay(res, s, t)) for s in settings(res)]
     if not any(r.breakdown for _, r in rows):
         return None
     return "where the time goes (paper Fig. 7)\n" + format_breakdown(rows)

@@ -38,6 +38,15 @@ def test_run_with_pools(tmp_path, capsys):
     assert "- (nothing evicted)" in shown
 
 
+def test_run_with_breakdown(tmp_path, capsys):
+    out = tmp_path / "bd.json"
+    shown = _exact(capsys, ["-q", "run", "-s", "dram-blockhash", "-w", "codeact", "-W",
+                            "sessions=3", "--no-runner", "--breakdown", "-o", str(out)], out)
+    head, _, tail = shown.partition("\n\nwhere the time goes (paper Fig. 7)\n")
+    assert "false hits" in head and tail.startswith("strategy")
+    assert "dram-blockhash  match" in tail and "clock overhead" in tail
+
+
 def test_scale(tmp_path, capsys):
     out = tmp_path / "scale.json"
     shown = _same(capsys, ["-q", "scale", "-s", "dram-blockhash", "-w", "codeact", "-W",
