@@ -23,6 +23,30 @@ rate after recovery must equal the hit rate before (exit code 3 otherwise).
 Peak RSS: the parent samples the child with psutil every 5 ms; the child also
 reports its kernel-counted ``ru_maxrss``.
 
+Server engines (``-e redis``, ``-e redis-cluster``, and ``redis-blockhash``,
+whose engine defaults to ``redis``).  Their durable state is the server's, so
+recovery is a restart of the server: ``recover`` starts a private server
+(through :mod:`prefixbench.harness.servers`) in ``WORK_DIR/server`` on free
+ports of 127.0.0.1, AOF on with ``appendfsync`` from ``--durability`` (sync:
+always, async: everysec, off: no AOF, RDB only), no automatic RDB saves
+(``save ""``), a cluster of 3 masters (plus one replica each under sync,
+which waits for one).  After the build and the strategy's own snapshot, the
+server's data is made one compact file set, as a snapshot would be
+(``BGREWRITEAOF``: an RDB-preamble AOF base; ``BGSAVE`` without an AOF;
+timed and added to ``snapshot-write``, its files counted in
+``snapshot-bytes``), and the server is stopped (SIGTERM).  Each recovery then
+starts the server again and waits until every node answers PING and reports
+``loading:0`` (a cluster also ``cluster_state:ok``): that reload is
+``recovery-server-reload``, and it is counted in ``recovery-load`` (the
+server loading its RDB/AOF is this engine's snapshot load), in
+``recovery-index``, ``recovery-total`` and
+``recovery-process-start-to-first-match`` (the child is spawned once the
+server is ready; for redis-blockhash its rebuild is then the scan of the whole
+store into the in-memory table).  The server is stopped after each recovery
+and at the end; the work dir (the server's data with it) is removed unless
+``--work-dir`` or ``keep`` asked to keep it.  A ``url=`` engine option is
+refused: a server recover did not start is one it cannot restart.
+
 Results are pyperf suites: ``OUT.json`` (seconds) and ``OUT.counts.json``
 (bytes, counts).
 """
@@ -45,6 +69,12 @@ import numpy as np
 from prefixbench.errors import ConfigError, PrefixbenchError
 
 N_PROBES = 256
+#: engines whose data lives in a server that recover starts and restarts
+SERVER_ENGINES = ("redis", "redis-cluster")
+#: the private server's AOF policy for each --durability (None: no AOF)
+SERVER_APPENDFSYNC = {"sync": "always", "async": "everysec", "off": None}
+#: seconds a restarted server may take to reload its data
+SERVER_RELOAD_TIMEOUT = 6 * 3600.0
 
 
 class RecoveryCheckError(PrefixbenchError):
@@ -68,6 +98,14 @@ class RecoverSpec:
     repeat: int = 1
     #: build even when the pre-flight estimate says it will not fit
     force: bool = False
+    #: the url of the private server (server engines), set by run_recover
+    server_url: str | None = None
+
+    def store_options(self) -> dict:
+        """The engine options the build and the recoveries open the store with."""
+        if self.server_url is None:
+            return dict(self.engine_options)
+        return dict(self.engine_options, url=self.server_url)
 
 
 def parse_count(option: str, text) -> int:
@@ -122,7 +160,7 @@ def build_and_snapshot(spec: RecoverSpec, quiet: bool = True) -> dict:
     snap_dir = os.path.join(spec.work_dir, "snapshot")
     built = build(spec.strategy, spec.engine, strategy_options=spec.strategy_options,
                   store_dir=store_dir if spec.engine else None, cache_bytes=spec.cache_bytes,
-                  durability=spec.durability, engine_options=spec.engine_options,
+                  durability=spec.durability, engine_options=spec.store_options(),
                   block_tokens=_workload(spec, 0).block_size)
     strat = built.strategy
     probes, probe_tokens = [], []
@@ -238,7 +276,7 @@ def recover_in_fresh_process(spec: RecoverSpec, ref: dict) -> dict:
            "snapshot_dir": os.path.join(spec.work_dir, "snapshot"),
            "probes": os.path.join(spec.work_dir, "probes.npz"),
            "cache_bytes": spec.cache_bytes, "durability": spec.durability,
-           "engine_options": spec.engine_options, "strategy_options": spec.strategy_options,
+           "engine_options": spec.store_options(), "strategy_options": spec.strategy_options,
            "first_digest": ref["first_digest"]}
     path = os.path.join(spec.work_dir, "child.json")
     with open(path, "w") as f:
@@ -290,7 +328,45 @@ def preflight(spec: RecoverSpec) -> None:
     pf.check(f"recover: -n {fmt_count(spec.entries)}", need, "-n", force=spec.force)
 
 
+def check_server_spec(spec: RecoverSpec) -> None:
+    """One line for what a server engine's recovery cannot do (before anything starts)."""
+    if spec.engine not in SERVER_ENGINES:
+        return
+    if "url" in spec.engine_options:
+        from prefixbench.engines.redis import redact
+        raise ConfigError(f"option --engine-option url={redact(spec.engine_options['url'])}: "
+                          f"recover times the restart of the server, so it starts a private "
+                          f"{spec.engine} server in its work dir; drop url= (nothing was "
+                          f"changed)")
+
+
+def start_private_server(spec: RecoverSpec):
+    """A fresh server for the build under ``WORK_DIR/server`` (see the module docstring)."""
+    from prefixbench.harness import servers
+    fsync = SERVER_APPENDFSYNC[spec.durability]
+    kind = spec.engine
+    masters, replicas = (1, 0) if kind == "redis" else (3, 1 if spec.durability == "sync" else 0)
+    span = masters * (1 + replicas)
+    last = None
+    for _ in range(3):                  # a port taken between the check and the bind
+        sdir = os.path.join(spec.work_dir, "server")
+        try:
+            server = servers.up(kind, sdir, port=servers.free_port(span=span),
+                                appendfsync=fsync or "everysec", aof=fsync is not None,
+                                masters=masters, replicas=replicas, settings={"save": '""'})
+        except ConfigError as e:
+            if "already in use" not in str(e):
+                raise
+            last = e
+            shutil.rmtree(sdir, ignore_errors=True)
+            continue
+        spec.server_url = server.url
+        return server
+    raise last
+
+
 def run_recover(spec: RecoverSpec, output: str | None = None, quiet: bool = True) -> dict:
+    check_server_spec(spec)
     preflight(spec)
     own = spec.work_dir is None
     if own:
@@ -300,12 +376,34 @@ def run_recover(spec: RecoverSpec, output: str | None = None, quiet: bool = True
             raise ConfigError(f"option --work-dir: {spec.work_dir} is not empty "
                               "(nothing was changed)")
         os.makedirs(spec.work_dir, exist_ok=True)
+    server = None
     try:
+        if spec.engine in SERVER_ENGINES:
+            server = start_private_server(spec)
         ref = build_and_snapshot(spec, quiet=quiet)
+        if server is not None:
+            persisted = server.persist(SERVER_RELOAD_TIMEOUT)
+            server.stop()
+            ref["server_persist_s"] = persisted["seconds"]
+            ref["server_data_bytes"] = persisted["bytes"]
+            ref["snapshot_s"] += persisted["seconds"]
         bs = ref["block_size"]
         runs = []
         for _ in range(spec.repeat):
-            res = recover_in_fresh_process(spec, ref)
+            reload_s = None
+            if server is not None:
+                reload_s = server.restart_timed(SERVER_RELOAD_TIMEOUT)
+            try:
+                res = recover_in_fresh_process(spec, ref)
+            finally:
+                if server is not None:
+                    server.stop()
+            if reload_s is not None:
+                # the child starts once the server is ready: its times follow the reload
+                res["server_reload_s"] = reload_s
+                res["first_match_s"] += reload_s
+                res["process_wall_s"] += reload_s
+                res["recovery"]["load_s"] += reload_s
             res["hit_tokens_after"] = int(sum(min(n * bs, pt) for n, pt in
                                               zip(res["hit_blocks"], ref["probe_token_list"])))
             res["same_answers"] = (res["digest"] == ref["digest"]
@@ -324,6 +422,8 @@ def run_recover(spec: RecoverSpec, output: str | None = None, quiet: bool = True
             _write(output, spec, ref, runs)
         return result
     finally:
+        if server is not None:
+            server.stop()
         if own and not spec.keep:
             shutil.rmtree(spec.work_dir, ignore_errors=True)
 
@@ -348,6 +448,12 @@ def recover_benchmarks(spec: RecoverSpec, ref: dict, runs: list) -> tuple[list, 
     md.update({"recovery_source": rec["source"], "unique_block_entries": spec.entries,
                "hit_rate_equal": int(res["same_answers"])})
     md["recoveries"] = len(runs)
+    if "server_data_bytes" in ref:
+        fsync = SERVER_APPENDFSYNC[spec.durability]
+        md["server_reload"] = (f"private {spec.engine} server restarted per recovery, "
+                               + (f"AOF reload (appendfsync {fsync}, rewritten before the stop)"
+                                  if fsync else "RDB reload (no AOF)"))
+        md["server_persist_seconds"] = round(ref["server_persist_s"], 3)
     md.update({"build_seconds": round(ref["build_s"], 3), "build_copies": ref["copies"],
                "build_requests": ref["requests"], "probe_tokens": ref["probe_tokens"],
                "probe_hit_tokens_after": res["hit_tokens_after"]})
@@ -372,11 +478,17 @@ def recover_benchmarks(spec: RecoverSpec, ref: dict, runs: list) -> tuple[list, 
             value_runs("recovery-rebuild", "second",
                        each(lambda r: r["recovery"]["rebuild_s"]), md),
             value_runs("recovery-index", "second", each(lambda r: _index_s(r["recovery"])), md),
+            value_runs("recovery-server-reload", "second",
+                       each(lambda r: r["server_reload_s"]), md)
+            if "server_reload_s" in res else None,
             _one_shot("snapshot-write", "second", ref["snapshot_s"], md),
         ]
         st = res["stats_after"]
         counts = [
-            _one_shot("snapshot-bytes", "byte", rec["snapshot_bytes"], md),
+            _one_shot("snapshot-bytes", "byte", rec["snapshot_bytes"]
+                      + ref.get("server_data_bytes", 0), md),
+            _one_shot("server-data-bytes", "byte", ref["server_data_bytes"], md)
+            if "server_data_bytes" in ref else None,
             _one_shot("peak-rss", "byte", res["peak_rss_bytes"], md),
             _one_shot("unique-block-entries", "integer", spec.entries, md),
             _one_shot("index-entries", "integer", st.get("entries", 0), md),

@@ -192,8 +192,9 @@ def _log_tail(node: Node) -> str:
     return lines[-1] if lines else "empty log"
 
 
-def start_node(node: Node, password: str | None = None) -> int:
-    """Start redis-server on ``node.conf`` and wait until it answers PING."""
+def start_node(node: Node, password: str | None = None, timeout: float = START_TIMEOUT) -> int:
+    """Start redis-server on ``node.conf`` and wait until it answers PING (a server
+    still loading its RDB/AOF answers ``-LOADING``, so this waits out the reload)."""
     binary = redis_server_binary()
     if port_in_use(node.port):
         raise ConfigError(f"server up: port {node.port} on {HOST} is already in use; "
@@ -203,7 +204,7 @@ def start_node(node: Node, password: str | None = None) -> int:
                             start_new_session=True, cwd=node.dir)
     _CHILDREN[proc.pid] = proc
     node.pid = proc.pid
-    deadline = time.monotonic() + START_TIMEOUT
+    deadline = time.monotonic() + timeout
     while True:
         if proc.poll() is not None:
             raise StoreError(f"redis-server on port {node.port} exited with {proc.returncode}: "
@@ -214,8 +215,8 @@ def start_node(node: Node, password: str | None = None) -> int:
         if time.monotonic() > deadline:
             stop_pid(proc.pid)
             raise StoreError(f"redis-server on port {node.port} did not answer PING within "
-                             f"{START_TIMEOUT:.0f} s: {_log_tail(node)} (log {node.log})")
-        time.sleep(0.02)
+                             f"{timeout:.0f} s: {_log_tail(node)} (log {node.log})")
+        time.sleep(0.005)
 
 
 def stop_pid(pid: int | None, sig: int = signal.SIGTERM, timeout: float = 60.0,
@@ -274,14 +275,74 @@ class Server:
     def alive(self) -> list[bool]:
         return [_alive(n.pid, n.port) for n in self.nodes]
 
-    def start(self) -> None:
-        """Start every node that is not running (their configs are already written)."""
+    def start(self, timeout: float = START_TIMEOUT) -> None:
+        """Start every node that is not running (their configs are already written)
+        and return once each has loaded its data (and a cluster says ok)."""
         for n in self.nodes:
             if not _alive(n.pid, n.port):
-                start_node(n, self.password)
+                start_node(n, self.password, timeout)
         self.save()
         if self.kind == "redis-cluster":
-            wait_cluster_ok(self)
+            wait_cluster_ok(self, timeout)
+
+    def info(self, node: Node, section: str = "persistence") -> dict:
+        """``INFO section`` of one node as a dict ({} if it does not answer)."""
+        return _fields(_bulk(node.port, self.password, b"INFO " + section.encode()))
+
+    def persist(self, timeout: float = 3600.0) -> dict:
+        """Make every node's data one compact file set, as a snapshot: ``BGREWRITEAOF``
+        with the AOF on (an RDB-preamble base, no command tail), else ``BGSAVE``; waits
+        until each node finished and reports success.  Returns seconds and data bytes."""
+        t0 = time.monotonic()
+        cmd = b"BGREWRITEAOF" if self.aof else b"BGSAVE"
+        for n in self.nodes:
+            reply = _simple(n.port, self.password, cmd)
+            if reply.startswith("-") and "already in progress" not in reply:
+                raise StoreError(f"redis-server on port {n.port}: {cmd.decode()} refused: "
+                                 f"{reply[1:]}")
+        busy, status = (("aof_rewrite_in_progress", "aof_rewrite_scheduled"),
+                        "aof_last_bgrewrite_status") if self.aof else (
+                        ("rdb_bgsave_in_progress",), "rdb_last_bgsave_status")
+        deadline = t0 + timeout
+        for n in self.nodes:
+            while True:
+                info = self.info(n)
+                if info and not any(info.get(k, "0") != "0" for k in busy):
+                    break
+                if time.monotonic() > deadline:
+                    raise StoreError(f"redis-server on port {n.port}: {cmd.decode()} not done "
+                                     f"after {timeout:.0f} s (log {n.log})")
+                time.sleep(0.02)
+            if info.get(status) != "ok":
+                raise StoreError(f"redis-server on port {n.port}: {cmd.decode()} failed "
+                                 f"({status}:{info.get(status)}; log {n.log})")
+        return {"seconds": time.monotonic() - t0, "bytes": self.data_bytes()}
+
+    def data_bytes(self) -> int:
+        """Allocated bytes of every node's data directory (RDB, AOF, nodes.conf)."""
+        total = 0
+        for n in self.nodes:
+            for root, _dirs, files in os.walk(n.data_dir):
+                for f in files:
+                    try:
+                        total += os.stat(os.path.join(root, f)).st_blocks * 512
+                    except OSError:
+                        pass
+        return total
+
+    def restart_timed(self, timeout: float = 3600.0) -> float:
+        """Start the stopped nodes and wait until every one has reloaded its RDB/AOF
+        (answers PING, ``INFO persistence`` says ``loading:0``) and a cluster is ok:
+        the seconds from the spawn to that point."""
+        t0 = time.perf_counter()
+        self.start(timeout)
+        for n in self.nodes:
+            while self.info(n).get("loading", "1") != "0":
+                if time.perf_counter() - t0 > timeout:
+                    raise StoreError(f"redis-server on port {n.port}: still loading after "
+                                     f"{timeout:.0f} s (log {n.log})")
+                time.sleep(0.005)
+        return time.perf_counter() - t0
 
     def stop(self) -> None:
         for n in self.nodes:
@@ -410,6 +471,20 @@ def _bulk(port: int, password: str | None, command: bytes) -> str:
                 return ""
             return f.read(int(head[1:])).decode(errors="replace")
     except (OSError, ValueError):
+        return ""
+
+
+def _simple(port: int, password: str | None, command: bytes) -> str:
+    """The first reply line of ``command`` ('-...' for an error, '' if nothing answers)."""
+    try:
+        with socket.create_connection((HOST, port), timeout=5.0) as s:
+            f = s.makefile("rb")
+            if password:
+                s.sendall(b"AUTH %s\r\n" % password.encode())
+                f.readline()
+            s.sendall(command + b"\r\n")
+            return f.readline().decode(errors="replace").strip()
+    except OSError:
         return ""
 
 

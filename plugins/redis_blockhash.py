@@ -66,6 +66,8 @@ class RedisBlockHashStrategy(IndexStrategy):
                                 "from the store scan", min=1, max=1 << 24),
     }
     rebuild_from_store = True
+    #: the engine ``recover`` uses when none is given (the FlexKV setup: a redis-server)
+    default_engine = "redis"
 
     def __init__(self, store=None, options=None, meta_size: int = META_SIZE):
         super().__init__(store, options, meta_size)
