@@ -137,6 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--options", action="store_true",
                    help="also list each strategy's options (-S KEY=VALUE) with defaults")
+    p.add_argument("-o", "--output", metavar="OUT.json", help="also write the list as a "
+                   "pyperf suite (plugins-<kind> counts; 'prefixbench show' prints it)")
 
     p = sub.add_parser("workload", help="inspect workloads",
                        description="Inspect workloads.")
@@ -333,6 +335,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "compiled path and the pure-Python reference on one core.")
     p.add_argument("--tokens", default="64M", help="tokens for the compiled path (default: %(default)s)")
     p.add_argument("--block-size", type=int, default=16)
+    p.add_argument("-o", "--output", metavar="OUT.json", help="also write the figures "
+                   "(hash-*) as a pyperf suite")
 
     p = sub.add_parser("engine-bench", help="point-get and batch-get cost per key of an engine",
                        description="Fill an engine and time get and get_many per key from Python.")
@@ -342,6 +346,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--cache-bytes", default="64MiB")
     p.add_argument("--direct-io", action="store_true")
+    p.add_argument("-o", "--output", metavar="OUT.json", help="also write the figures "
+                   "(engine-*): seconds here, counts and sizes in OUT.counts.json")
 
     p = sub.add_parser("payload", help="payload-restore (Range): one payload restored as N "
                        "objects per path, page cache bypassed or dropped",
@@ -493,10 +499,6 @@ def cmd_run(args, leftover, argv, quiet):
         from prefixbench.harness.reporting import table_of
         print(table_of(args.output, *pyperf_io.replay_suites(res, pyperf_io.run_metadata(
             spec.strategy, spec.engine, spec.workload, spec.config()))))
-        if args.breakdown:
-            from prefixbench.reports.breakdown import format_breakdown
-            print("\nwhere the time goes (paper Fig. 7)")
-            print(format_breakdown([(spec.strategy, res)]))
         if args.csv:
             from prefixbench.harness.export import append_row, row
             from prefixbench.harness.pyperf_io import git_commit
@@ -508,12 +510,11 @@ def cmd_run(args, leftover, argv, quiet):
 
 
 def _run_pooled(args, spec, pool, quiet):
-    from prefixbench.harness.capacity import format_pool_lines, run_pooled
-    from prefixbench.reports.tables import format_replay
+    from prefixbench.harness.capacity import pooled_suites, run_pooled
+    from prefixbench.harness.reporting import table_of
 
     res = run_pooled(spec, pool, output=args.output, quiet=quiet)
-    print(format_replay(spec, res))
-    print(format_pool_lines(res))
+    print(table_of(args.output, *pooled_suites(spec, pool, res)))
     if args.csv:
         from prefixbench.harness.export import append_row, row
         from prefixbench.harness.pyperf_io import git_commit
@@ -571,18 +572,16 @@ def cmd_plugins(args, leftover, argv, quiet):
         print(json.dumps([{"kind": i.kind, "name": i.name, "package": i.package,
                            "version": i.version, "summary": i.summary} for i in infos], indent=1))
         return 0
-    from prefixbench.reports.tables import format_table
-
-    rows = [(i.kind, i.name, i.package, i.version, i.summary) for i in infos]
-    print(format_table(("kind", "name", "package", "version", "summary"), rows))
-    if args.options:
-        rows = []
-        for i in infos:
-            for key, opt in sorted(getattr(i.factory, "options", {}).items()):
-                if i.kind == "strategy":
-                    rows.append((i.name, key, repr(opt.default), opt.help))
-        print()
-        print(format_table(("strategy", "option", "default", "meaning"), rows))
+    from prefixbench.harness import pyperf_io
+    from prefixbench.harness.reporting import check_output, plugins_benchmarks, table_of
+    if args.output:
+        check_output(args.output, "plugins")
+    benches = plugins_benchmarks(infos, args.options)
+    if args.output:
+        pyperf_io.write_suite(args.output, benches)
+    print(table_of(args.output, benches))
+    if args.output and not quiet:
+        print(f"wrote {args.output}")
     return 0
 
 
@@ -681,14 +680,7 @@ def cmd_sweep(args, leftover, argv, quiet):
     result = sweeps.run_sweep(cfg, quiet=quiet)
     written = result.write(args.output) if args.output else None
     from prefixbench.harness.reporting import table_of
-    if result.cap_choice is not None:
-        print(result.cap_choice.line())
     print(table_of(args.output, *result.suites()))
-    if cfg.kind == "strategies":
-        print("\n".join(sweeps.strategies_notes(result)))
-    if cfg.breakdown:
-        print()
-        print(result.breakdown_table())
     if written:
         print("wrote {} and {}".format(*written))
     return 0
@@ -715,9 +707,11 @@ def _sweep_capacity(args, quiet):
         cache_bytes=args.cache_bytes, direct_io=args.direct_io, durability=args.durability,
         limit=args.limit)
     result = capacity.run_capacity(cfg, quiet=quiet)
-    print(result.table())
-    if args.output:
-        print("wrote {} and {}".format(*result.write(args.output)))
+    written = result.write(args.output) if args.output else None
+    from prefixbench.harness.reporting import table_of
+    print(table_of(args.output, *result.suites()))
+    if written:
+        print("wrote {} and {}".format(*written))
     return 0
 
 
@@ -808,12 +802,21 @@ def cmd_crashtest(args, leftover, argv, quiet):
 
 def cmd_hash_bench(args, leftover, argv, quiet):
     from prefixbench.harness.build import parse_size
-    from prefixbench.harness.hashbench import measure, format_result
+    from prefixbench.harness import pyperf_io
+    from prefixbench.harness.hashbench import benchmarks, measure
+    from prefixbench.harness.reporting import check_output, table_of
 
     n = parse_size("--tokens", args.tokens)
     if n < args.block_size or args.block_size < 1:
         raise ConfigError("option --tokens: must be at least one block")
-    print(format_result(measure(n, args.block_size)))
+    if args.output:
+        check_output(args.output, "hash-bench")
+    benches = benchmarks(measure(n, args.block_size))
+    if args.output:
+        pyperf_io.write_suite(args.output, benches)
+    print(table_of(args.output, benches))
+    if args.output and not quiet:
+        print(f"wrote {args.output}")
     return 0
 
 
@@ -823,14 +826,22 @@ def cmd_engine_bench(args, leftover, argv, quiet):
 
     if args.keys < 1 or args.batch < 1:
         raise ConfigError("option --keys/--batch: must be >= 1")
+    from prefixbench.harness import pyperf_io
+    from prefixbench.harness.bench import engine_bench_benchmarks
+    from prefixbench.harness.reporting import check_output, table_of
+    if args.output:
+        check_output(args.output, "engine-bench")
     with tempfile.TemporaryDirectory(prefix="prefixbench-enginebench-") as d:
         r = measure_engine(args.engine, d, n_keys=args.keys, value_size=args.value_bytes,
                            batch=args.batch, cache_bytes=parse_size("--cache-bytes", args.cache_bytes),
                            direct_io=args.direct_io)
-    for k, v in r.items():
-        if k.endswith("_s_per_key"):
-            v = f"{v * 1e6:.3f} us"
-        print(f"{k:>26}: {v}")
+    times, counts = engine_bench_benchmarks(r)
+    if args.output:
+        pyperf_io.write_suite(args.output, times)
+        pyperf_io.write_suite(pyperf_io.counts_path(args.output), counts)
+    print(table_of(args.output, times, counts))
+    if args.output and not quiet:
+        print(f"wrote {args.output} and {pyperf_io.counts_path(args.output)}")
     return 0
 
 
