@@ -53,6 +53,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from prefixbench import twins
 from prefixbench.errors import ConfigError, MissingDependencyError, PrefixbenchError
 from prefixbench.workloads.kvevents import (_kv, CaptureWriter, DecodeStats, KvEventsWorkload,
                                             _tokens, iter_decoded)
@@ -162,19 +163,35 @@ def record(endpoint: str, out: str, *, topic: str = "", duration: float | None =
         start = time.monotonic()
         first_deadline = start + timeout
         stop_at = None if duration is None else start + duration
-        recv = sub.recv_multipart
         poll = sub.poll
-        NOBLOCK = zmq.NOBLOCK
+        Again = zmq.Again
+        recv1 = sub.recv
+        more = sub.get
+        RCVMORE = int(zmq.RCVMORE)      # plain ints: pyzmq's own recv_multipart converts
+        NOBLOCK = int(zmq.NOBLOCK)      # its enum flags on every part
+
+        def recv(flags):
+            parts = [recv1(flags)]
+            while more(RCVMORE):
+                parts.append(recv1(0))
+            return parts
         write = writer.write
+        time_ns = time.time_ns
+        from_bytes = int.from_bytes
+        limit = float("inf") if max_frames is None else max_frames
+        pending = 0                    # frames not yet shown on the progress bar
+        # the hot loop: per frame one recv, one clock read and one write; the stop
+        # conditions and the progress bar are looked at every 256 frames or when idle
         while True:
-            now = time.monotonic()
-            if stop_at is not None and now >= stop_at:
-                break
-            if max_frames is not None and res.frames >= max_frames:
-                break
             try:
                 parts = recv(NOBLOCK)           # drain what is queued without a poll each
-            except zmq.Again:
+            except Again:
+                if pending and progress is not None:
+                    progress(pending)
+                    pending = 0
+                now = time.monotonic()
+                if (stop_at is not None and now >= stop_at) or res.frames >= limit:
+                    break
                 wait = 0.2 if stop_at is None else max(0.0, min(0.2, stop_at - now))
                 if not poll(int(wait * 1000)):
                     if res.frames == 0 and time.monotonic() >= first_deadline:
@@ -182,43 +199,53 @@ def record(endpoint: str, out: str, *, topic: str = "", duration: float | None =
                                               f"{timeout:g} s (is the publisher running there, "
                                               "with this topic?)") from None
                 continue
-            recv_ns = time.time_ns()
+            recv_ns = time_ns()
             if len(parts) != 3 or len(parts[1]) != 8:
                 res.malformed += 1
                 continue
-            seq = int.from_bytes(parts[1], "big")
-            if expected is not None and seq < expected:
-                res.duplicates += 1
-                continue
-            if expected is not None and seq > expected:
-                res.gaps += 1
-                got = []
-                if dealer is not None:
-                    got = _fetch_replay(zmq, dealer, replay_endpoint, expected, seq, timeout)
-                    for s, payload in got:
-                        write(s, recv_ns, parts[0], payload, 1)
-                    res.replayed_frames += len(got)
-                    res.frames += len(got)
-                lost = seq - expected - len(got)
-                res.missing += lost
-                res.gap_list.append([expected, seq, lost])
-            if res.first_seq is None:
-                res.first_seq = seq
-                t_first = time.monotonic()
+            seq = from_bytes(parts[1], "big")
+            if seq != expected:
+                if expected is not None and seq < expected:
+                    res.duplicates += 1
+                    continue
+                if expected is not None:
+                    res.gaps += 1
+                    got = []
+                    if dealer is not None:
+                        got = _fetch_replay(zmq, dealer, replay_endpoint, expected, seq, timeout)
+                        for s, payload in got:
+                            write(s, recv_ns, parts[0], payload, 1)
+                        res.replayed_frames += len(got)
+                        res.frames += len(got)
+                    lost = seq - expected - len(got)
+                    res.missing += lost
+                    res.gap_list.append([expected, seq, lost])
+                if res.first_seq is None:
+                    res.first_seq = seq
+                    t_first = recv_ns
             write(seq, recv_ns, parts[0], parts[2], 0)
             res.frames += 1
             res.live_frames += 1
-            res.last_seq = seq
-            t_last = time.monotonic()
+            t_last = recv_ns
             expected = seq + 1
-            if progress is not None:
-                progress(1)
+            pending += 1
+            if pending >= 256:
+                if progress is not None:
+                    progress(pending)
+                pending = 0
+                if (stop_at is not None and time.monotonic() >= stop_at):
+                    break
+            if res.frames >= limit:
+                break
+        if pending and progress is not None:
+            progress(pending)
     except KeyboardInterrupt:
         pass
     finally:
         res.elapsed_s = time.monotonic() - start if "start" in locals() else 0.0
         if res.first_seq is not None:
-            res.active_s = t_last - t_first
+            res.active_s = (t_last - t_first) / 1e9
+            res.last_seq = expected - 1
         if writer is not None:
             writer.close({"end": True, "gaps": res.gaps, "missing": res.missing,
                           "duplicates": res.duplicates, "replayed": res.replayed_frames,
@@ -326,19 +353,29 @@ def publish(endpoint: str, payloads: list[bytes], *, replay_endpoint: str | None
             serve()
             time.sleep(0.01)
         t0 = time.monotonic()
-        for s, payload in enumerate(payloads):
+        # frames due by now go out in a tight run (at most 64, then replays are served),
+        # so a high rate is not held back by a clock read and a sleep check per frame
+        n = len(payloads)
+        send = pub.send_multipart
+        mono = time.monotonic
+        s = 0
+        while s < n:
+            upto = n
             if rate > 0:
-                due = t0 + s / rate
-                while True:
-                    now = time.monotonic()
-                    if now >= due:
-                        break
-                    if due - now > 0.002:
-                        time.sleep(min(due - now - 0.001, 0.01))
-            sent = s
-            if s not in skip:
-                pub.send_multipart((topic_b, s.to_bytes(8, "big"), payload), copy=False)
-            if router is not None and (s & 63) == 0:
+                now = mono()
+                upto = min(n, int((now - t0) * rate) + 1)
+                if upto <= s:
+                    wait = t0 + s / rate - now
+                    if wait > 0.002:
+                        time.sleep(min(wait - 0.001, 0.01))
+                    continue
+            upto = min(upto, s + 64)
+            while s < upto:
+                sent = s
+                if s not in skip:
+                    send((topic_b, s.to_bytes(8, "big"), payloads[s]))
+                s += 1
+            if router is not None:
                 serve()
         end = time.monotonic() + linger
         while time.monotonic() < end:
@@ -393,6 +430,7 @@ class EventReplayResult:
     decode_s: float = 0.0
     index_s: float = 0.0
     wall_s: float = 0.0
+    cpu_s: float = 0.0              # this process's CPU time over the whole replay
 
     @property
     def events_per_s(self) -> float:
@@ -528,6 +566,7 @@ def replay_events(strategy, workload: KvEventsWorkload, *, oracle=None, check_ha
     applier = _kv.ChainApply(strategy, oracle, workload.parent_memory, meta_size)
     apply = applier.apply
     wall0 = time.perf_counter()
+    cpu0 = time.process_time()
 
     def run_lookups(upto: float | None):
         nonlocal ti
@@ -568,6 +607,7 @@ def replay_events(strategy, workload: KvEventsWorkload, *, oracle=None, check_ha
             progress(n_ops)
     run_lookups(None)
     res.wall_s = time.perf_counter() - wall0
+    res.cpu_s = time.process_time() - cpu0
     c = applier.counters()
     res.lookups, res.lookup_blocks, res.hit_blocks = c["lookups"], c["lookup_blocks"], \
         c["hit_blocks"]
@@ -680,11 +720,18 @@ def add_commands(sub, commands: dict) -> None:
     pb.add_argument("--delay", type=float, default=1.0, help="seconds to wait for subscribers")
     pb.add_argument("--linger", type=float, default=1.0, help="seconds to keep serving replays")
     pb.add_argument("--seed", type=int, default=1)
+    pb.add_argument("--cycle", type=int, metavar="N",
+                    help="encode only N distinct batches and send them over and over (for "
+                    "long high-rate runs, where encoding every batch would take longer "
+                    "than sending it)")
     for name, helptext in (("replay", "apply a capture to an index and report what it saw"),
                            ("bench", "ingest rate of a capture: events/s with the per-event "
                             "split into decoding and index work (no oracle)")):
         q = esub.add_parser(name, help=helptext, description=helptext[0].upper() + helptext[1:] + ".")
-        q.add_argument("capture", help="capture file, or concatenated msgpack EventBatches")
+        q.add_argument("capture", nargs="?" if name == "bench" else None,
+                       help="capture file, or concatenated msgpack EventBatches"
+                       + (" (bench with --record-rate: optional; the recorded capture is "
+                          "ingested when it is left out)" if name == "bench" else ""))
         q.add_argument("--strategy", "-s", default="dram-blockhash", help="default: %(default)s")
         q.add_argument("--strategy-option", "-S", action="append", default=[], metavar="KEY=VALUE")
         q.add_argument("--engine", "-e", help="engine, for strategies that store their index")
@@ -701,8 +748,16 @@ def add_commands(sub, commands: dict) -> None:
         else:
             q.add_argument("--repeat", type=int, default=3, help="best of (default: %(default)s)")
             q.add_argument("--clock", choices=("wall", "cpu"), default="wall",
-                           help="time with the wall clock, or this process's CPU time (for a "
-                           "machine shared with other work) (default: %(default)s)")
+                           help="time the decode/index split with the wall clock, or this "
+                           "process's CPU time (for a machine shared with other work); both "
+                           "totals are printed either way (default: %(default)s)")
+            q.add_argument("--record-rate", type=float, metavar="EVENTS/S",
+                           help="first measure record: 'events publish' in a separate process "
+                           "on 127.0.0.1 sends one event per frame at this rate, 'events "
+                           "record' takes it here; prints frames, gaps and the rate kept")
+            q.add_argument("--record-seconds", type=float, default=5.0, metavar="S",
+                           help="how long the publisher sends for --record-rate "
+                           "(default: %(default)s)")
     commands["events"] = cmd_events
     h = sub.add_parser("hash", help="a block-hash scheme's ids for a token file",
                        description="Print the block ids a scheme gives a token sequence, to check "
@@ -822,9 +877,14 @@ def cmd_events(args, leftover, argv, quiet):
             raise ConfigError(f"option --skip: {args.skip!r} is not a list of seqs") from None
         if args.batches < 1 or args.events_per_batch < 1 or args.workers < 1:
             raise ConfigError("options --batches, --events-per-batch, --workers: must be >= 1")
-        payloads = synthetic_batches(args.batches, form=args.form, scheme=args.block_hash,
+        if args.cycle is not None and args.cycle < 1:
+            raise ConfigError(f"option --cycle: {args.cycle} must be >= 1")
+        distinct = min(args.batches, args.cycle or args.batches)
+        payloads = synthetic_batches(distinct, form=args.form, scheme=args.block_hash,
                                      events_per_batch=args.events_per_batch, seed=args.seed,
                                      workers=args.workers)
+        if distinct < args.batches:
+            payloads = [payloads[i % distinct] for i in range(args.batches)]
         t0 = time.monotonic()
         n = publish(args.endpoint, payloads, replay_endpoint=args.replay_endpoint,
                     rate=args.rate, topic=args.topic, skip=skip, delay=args.delay,
@@ -833,6 +893,12 @@ def cmd_events(args, leftover, argv, quiet):
             print(f"published {n:,} batches ({n * args.events_per_batch:,} events) in "
                   f"{time.monotonic() - t0:.2f} s")
         return 0
+    if sub == "bench" and args.record_rate is not None:
+        rec = bench_record(args.record_rate, args.record_seconds, quiet)
+        if args.capture is None:
+            args.capture = rec["path"]
+    elif sub == "bench" and args.capture is None:
+        raise ConfigError("events bench: give a capture file, or --record-rate to record one")
     wl = _kv_workload(args)
     if sub == "replay":
         from prefixbench.harness.progress import progress
@@ -866,10 +932,67 @@ def cmd_events(args, leftover, argv, quiet):
             best = res
     print(f"{best.strategy}: {best.events:,} events ({best.blocks_stored:,} blocks stored) "
           f"from {wl.path}, batched as captured, no oracle, best of {args.repeat}, "
-          f"{'CPU time' if args.clock == 'cpu' else 'wall clock'}")
+          f"split timed by {'CPU time' if args.clock == 'cpu' else 'the wall clock'} "
+          f"({twins.IMPLEMENTATION})")
     print(f"  {best.events_per_s:,.0f} events/s, {best.blocks_per_s:,.0f} blocks/s; per event "
           f"{1e6 * best.decode_s / max(best.events, 1):.2f} us decoding + "
           f"{1e6 * best.index_s / max(best.events, 1):.2f} us index work")
+    ev = max(best.events, 1)
+    print(f"  whole run: {best.wall_s:.3f} s wall ({best.events / best.wall_s if best.wall_s else 0:,.0f}"
+          f" events/s), {best.cpu_s:.3f} s CPU ({best.events / best.cpu_s if best.cpu_s else 0:,.0f}"
+          f" events/s, {1e6 * best.cpu_s / ev:.2f} us per event)")
     if args.json:
         write_json(args.json, best)
     return 0
+
+
+def _free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def bench_record(rate: float, seconds: float, quiet: bool, out: str | None = None) -> dict:
+    """``record`` against a local publisher in a separate process (one event per frame,
+    ``rate`` frames/s for ``seconds``); prints and returns what the recorder saw."""
+    import subprocess
+    import sys
+    import tempfile
+    if not rate > 0:
+        raise ConfigError(f"option --record-rate: {rate} must be > 0 events/s")
+    if not seconds > 0:
+        raise ConfigError(f"option --record-seconds: {seconds} must be > 0")
+    n = max(1, int(rate * seconds))
+    if out is None:
+        out = os.path.join(tempfile.mkdtemp(prefix="prefixbench-record-"), "bench.pbkv")
+    port = _free_port()
+    cmd = [sys.executable, "-m", "prefixbench", "-q", "events", "publish",
+           f"tcp://127.0.0.1:{port}", "--batches", str(n), "--rate", repr(float(rate)),
+           "--cycle", "4096", "--block-hash", "pbh64", "--delay", "1.5", "--linger", "0.2"]
+    pub = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    from prefixbench.harness.progress import progress
+    bar = progress(n, "record", quiet, unit="frame")
+    cpu0 = time.process_time()
+    try:
+        res = record(f"tcp://127.0.0.1:{port}", out, max_frames=n,
+                     duration=seconds + 30.0, timeout=20.0, progress=bar.update)
+    finally:
+        bar.close()
+        try:
+            _, err = pub.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            pub.kill()
+            _, err = pub.communicate()
+    cpu = time.process_time() - cpu0
+    if pub.returncode:
+        line = (err or b"").decode("utf-8", "replace").strip().splitlines()
+        raise PrefixbenchError(f"events bench --record-rate: the publisher exited with "
+                               f"{pub.returncode}: {line[-1] if line else 'no message'}")
+    print(f"record: publisher at {rate:,.0f} events/s (one event per frame, separate process, "
+          f"127.0.0.1) for {seconds:g} s: {res.frames:,} of {n:,} frames recorded, "
+          f"{res.rate:,.0f} frames/s kept from the first to the last; {res.gaps} gaps, "
+          f"{res.missing} missing, {res.duplicates} duplicates; recorder CPU "
+          f"{1e6 * cpu / max(res.frames, 1):.2f} us per frame; capture {out}")
+    return asdict(res) | {"rate": res.rate, "offered_rate": rate, "path": out,
+                          "recorder_cpu_s": cpu}
