@@ -9,19 +9,52 @@ inserts it.  A request's latency is its match completion minus its due time,
 so it includes the wait for a free issuer (queueing).  Offered load is the
 requests over the trace's span divided by the speedup; achieved load is the
 requests over the time until the last one finished.  As the speedup grows,
-achieved load stops following offered load and the queueing latency climbs:
-the saturation point is the highest offered load still served within 5% of
-it with p99 under 10x the unloaded p99 (the first speedup's).
+achieved load stops following offered load and the queueing latency climbs.
+
+**Saturation.**  With the speedups in ascending order, a speedup is *served*
+when its achieved rate is at least 95% of its offered rate and its queueing
+p99 is at most 10x the unloaded p99 (the first speedup's p99).  The
+*saturation point* is the first speedup that is not served; the load a
+configuration sustains is the offered rate of the speedup before it.  When
+every speedup is served there is no saturation point in the range (raise the
+speedups); when the first is not, the index does not keep up with the trace
+even at that speed.
 
 Sessions are not serialised: a turn can start before its previous turn's
 insert finished, as in a serving system under load.  Workloads with
 timestamps: ``mooncake`` (milliseconds), ``bailian`` (seconds),
-``token-jsonl`` (seconds, every line).  ``prefixbench arrival`` runs one
-replay per ``--speedup`` value on a fresh index and prints the table.
+``token-jsonl`` (seconds, every line).  ``prefixbench arrival`` and
+``prefixbench sweep arrival`` run one replay per ``--speedup`` value on a
+fresh index and print the table; ``prefixbench run --arrival trace --speedup
+X`` runs one (``--arrival closed``, the default, is the closed-loop replay).
+
+**Results** (``-o OUT.json``): two pyperf suites written by
+:func:`write_suites`, OUT.json (seconds) and OUT.counts.json (rates and
+counts).  Benchmark names, one per speedup, prefixed ``speedup-X-`` (X as
+given: ``speedup-2-``, ``speedup-0.5-``; ``run --arrival trace`` writes them
+unprefixed):
+
+* OUT.json: ``match-latency-queued-p50``, ``match-latency-queued-p99``,
+  ``match-latency-queued-p999`` (match completion minus the request's due
+  time: service plus queueing), ``match-latency-service-p50`` (the match call
+  alone);
+* OUT.counts.json: ``offered-load`` and ``achieved-load`` (requests/s, pyperf
+  unit integer holding a float), ``requests``, ``late-starts`` (requests an
+  issuer reached after their due time), ``hit-tokens``, ``prompt-tokens``.
+
+Metadata on every benchmark: ``command`` (``arrival``), ``arrival``
+(``trace``), ``speedup`` (float), ``setting`` (``speedup-X``, absent from
+``run``'s), ``issuing_threads``, ``offered_rps``, ``achieved_rps``,
+``token_hit_rate``, ``served`` (1 when the row is served by the rule above,
+else 0), ``saturation_speedup`` (the saturation point's speedup; 0 when every
+speedup is served) and ``sustained_rps`` (the offered rate of the last served
+speedup before it, 0 when none is), besides the run metadata (strategy,
+engine, workload, versions, commit).
 """
 from __future__ import annotations
 
 import itertools
+import math
 import threading
 import time
 from dataclasses import dataclass
@@ -136,13 +169,31 @@ def replay_open_loop(strategy, requests: list, times: np.ndarray, *, block_size:
         hit_tokens=hit_tok, prompt_tokens=int(prompt.sum()), late_starts=sum(late))
 
 
-def saturation(rows: list[ArrivalResult]) -> ArrivalResult | None:
-    """The highest offered load served within 5% with p99 under 10x the first row's."""
+def served(row: ArrivalResult, base_p99: float) -> bool:
+    """The saturation rule's test for one row (see the module docstring)."""
+    return row.achieved_rps >= 0.95 * row.offered_rps and row.p99_s <= 10 * max(base_p99, 1e-9)
+
+
+def saturation_point(rows: list[ArrivalResult]) -> ArrivalResult | None:
+    """The first row, in ascending speedup, that is not served; None when all are."""
     if not rows:
         return None
-    base = max(rows[0].p99_s, 1e-9)
-    ok = [r for r in rows if r.achieved_rps >= 0.95 * r.offered_rps and r.p99_s <= 10 * base]
-    return max(ok, key=lambda r: r.offered_rps) if ok else None
+    ordered = sorted(rows, key=lambda r: r.speedup)
+    base = ordered[0].p99_s
+    return next((r for r in ordered if not served(r, base)), None)
+
+
+def saturation(rows: list[ArrivalResult]) -> ArrivalResult | None:
+    """The last served row before the saturation point (the load sustained), or None
+    when even the first speedup is not served."""
+    if not rows:
+        return None
+    ordered = sorted(rows, key=lambda r: r.speedup)
+    knee = saturation_point(ordered)
+    if knee is None:
+        return ordered[-1]
+    i = ordered.index(knee)
+    return ordered[i - 1] if i else None
 
 
 def format_table(strategy: str, workload: str, rows: list[ArrivalResult]) -> str:
@@ -154,15 +205,108 @@ def format_table(strategy: str, workload: str, rows: list[ArrivalResult]) -> str
         lines.append(f"{r.speedup:>8g} {r.offered_rps:>14,.1f} {r.achieved_rps:>15,.1f} "
                      f"{r.p50_s * 1e6:>8.1f}us {r.p99_s * 1e6:>8.1f}us {r.p999_s * 1e6:>8.1f}us "
                      f"{r.service_p50_s * 1e6:>10.1f}us {r.hit_rate:>9.2%}")
-    sat = saturation(rows)
+    sat, knee = saturation(rows), saturation_point(rows)
     lines.append("saturation: " + (f"served up to {sat.offered_rps:,.1f} req/s offered (speedup "
                                    f"{sat.speedup:g})" if sat else "not served even at the "
                                    "first speedup") +
-                 ("" if sat is None or sat is rows[-1] else "; beyond it achieved load or p99 "
-                  "falls away") +
-                 (" (every speedup served: raise --speedup to find the knee)"
-                  if sat is rows[-1] else ""))
+                 (f"; saturation point at speedup {knee.speedup:g} ({knee.offered_rps:,.1f} "
+                  f"req/s offered, {knee.achieved_rps:,.1f} achieved, p99 "
+                  f"{knee.p99_s * 1e6:,.1f}us)" if knee is not None else
+                  " (every speedup served: raise --speedup to find the saturation point)") +
+                 " [rule: achieved >= 95% of offered and p99 <= 10x the first speedup's]")
     return "\n".join(lines)
+
+
+def parse_speedups(text, option: str = "--speedup") -> list[float]:
+    """``1,2,4`` as floats; one line for a value that is not a finite number > 0."""
+    out = []
+    for part in str(text).split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            x = float(part)
+        except ValueError:
+            raise ConfigError(f"option {option}: {part!r} is not a number (give time "
+                              "compression factors such as 1,2,4)") from None
+        if not (x > 0 and math.isfinite(x)):
+            raise ConfigError(f"option {option}: {part} must be a finite number > 0")
+        out.append(x)
+    if not out:
+        raise ConfigError(f"option {option}: {text!r}: give at least one factor, e.g. 1,2,4")
+    return out
+
+
+def _label(x: float) -> str:
+    return f"{x:g}"
+
+
+def suites(rows: list[ArrivalResult], metadata: dict, *, prefixed: bool = True,
+           threads: int = 4) -> tuple[list, list]:
+    """(seconds benchmarks, rate/count benchmarks) of the rows; names and metadata in
+    the module docstring."""
+    from prefixbench.harness.pyperf_io import value_runs
+    knee, sat = saturation_point(rows), saturation(rows)
+    base = min(rows, key=lambda r: r.speedup).p99_s if rows else 0.0
+    times, counts = [], []
+    for r in rows:
+        pre = f"speedup-{_label(r.speedup)}-" if prefixed else ""
+        md = dict(metadata, command="arrival", arrival="trace", speedup=float(r.speedup),
+                  issuing_threads=int(threads), offered_rps=round(r.offered_rps, 3),
+                  achieved_rps=round(r.achieved_rps, 3), token_hit_rate=round(r.hit_rate, 9),
+                  served=int(served(r, base)),
+                  saturation_speedup=float(knee.speedup) if knee is not None else 0.0,
+                  sustained_rps=round(sat.offered_rps, 3) if sat is not None else 0.0)
+        if prefixed:
+            md["setting"] = f"speedup-{_label(r.speedup)}"
+        for name, v in (("match-latency-queued-p50", r.p50_s), ("match-latency-queued-p99", r.p99_s),
+                        ("match-latency-queued-p999", r.p999_s),
+                        ("match-latency-service-p50", r.service_p50_s)):
+            times.append(value_runs(pre + name, "second", [v], md))
+        for name, v in (("offered-load", r.offered_rps), ("achieved-load", r.achieved_rps),
+                        ("requests", r.requests), ("late-starts", r.late_starts),
+                        ("hit-tokens", r.hit_tokens), ("prompt-tokens", r.prompt_tokens)):
+            counts.append(value_runs(pre + name, "integer", [v], md))
+    return [b for b in times if b], [b for b in counts if b]
+
+
+def write_suites(path: str, times: list, counts: list) -> tuple[str, str]:
+    from prefixbench.harness.pyperf_io import counts_path, write_suite
+    write_suite(path, times)
+    write_suite(counts_path(path), counts)
+    return path, counts_path(path)
+
+
+def run_speedups(*, strategy: str, engine, workload: str, workload_options: dict,
+                 strategy_options: dict, engine_options: dict, cache_bytes: int,
+                 speedups: list[float], threads: int = 4, limit: int | None = None,
+                 quiet: bool = False):
+    """One open-loop replay per speedup, each on a fresh index: (workload, rows)."""
+    from prefixbench.harness.bench import make_workload
+    from prefixbench.harness.build import build
+    from prefixbench.harness.progress import progress
+    if limit is not None and limit < 2:
+        raise ConfigError(f"option --limit: {limit} must be >= 2")
+    wl = make_workload(workload, workload_options)
+    times = request_times(wl)
+    reqs = list(itertools.islice(wl.requests(), limit))
+    rows = []
+    bar = progress(len(speedups) * len(reqs), f"arrival {strategy}", quiet, unit="req")
+    try:
+        for x in speedups:
+            built = build(strategy, engine, strategy_options=strategy_options,
+                          cache_bytes=cache_bytes, engine_options=engine_options,
+                          block_tokens=wl.block_size)
+            try:
+                rows.append(replay_open_loop(built.strategy, reqs, times,
+                                             block_size=wl.block_size, speedup=x,
+                                             threads=threads))
+            finally:
+                built.close()
+            bar.update(len(reqs))
+    finally:
+        bar.close()
+    return wl, rows
 
 
 def add_commands(sub, commands: dict) -> None:
@@ -183,39 +327,64 @@ def add_commands(sub, commands: dict) -> None:
     p.add_argument("--threads", type=int, default=4, help="issuing threads (default: %(default)s)")
     p.add_argument("--limit", type=int, help="only the first N requests")
     p.add_argument("--json", metavar="FILE", help="write the rows as JSON")
+    p.add_argument("-o", "--output", help="pyperf suites OUT.json and OUT.counts.json "
+                   "(names in prefixbench.harness.arrival's docstring)")
     commands["arrival"] = cmd_arrival
 
 
 def cmd_arrival(args, leftover, argv, quiet):
+    """``prefixbench arrival`` and ``prefixbench sweep arrival``."""
     import json
     from dataclasses import asdict
-    from prefixbench.harness.bench import make_workload
-    from prefixbench.harness.build import build, parse_kv, parse_size
+    from prefixbench.harness.build import parse_kv, parse_size
+    from prefixbench.harness.pyperf_io import run_metadata
+    speedups = parse_speedups(args.speedup)
+    strategy = getattr(args, "strategy", None)
+    if not strategy:
+        raise ConfigError("option --strategy: sweep arrival needs -s STRATEGY")
+    threads = getattr(args, "arrival_threads", None) or getattr(args, "threads", None) or 4
     try:
-        speedups = [float(x) for x in args.speedup.split(",") if x.strip()]
-    except ValueError:
-        raise ConfigError(f"option --speedup: {args.speedup!r} is not a list of numbers") from None
-    if not speedups or any(x <= 0 for x in speedups):
-        raise ConfigError(f"option --speedup: {args.speedup!r}: give positive factors")
-    if args.limit is not None and args.limit < 2:
-        raise ConfigError(f"option --limit: {args.limit} must be >= 2")
-    wl = make_workload(args.workload, parse_kv("--workload-option", args.workload_option))
-    times = request_times(wl)
-    reqs = list(itertools.islice(wl.requests(), args.limit))
-    rows = []
-    for x in speedups:
-        built = build(args.strategy, args.engine,
-                      strategy_options=parse_kv("--strategy-option", args.strategy_option),
-                      cache_bytes=parse_size("--cache-bytes", args.cache_bytes),
-                      engine_options=parse_kv("--engine-option", args.engine_option),
-                      block_tokens=wl.block_size)
-        try:
-            rows.append(replay_open_loop(built.strategy, reqs, times, block_size=wl.block_size,
-                                         speedup=x, threads=args.threads))
-        finally:
-            built.close()
-    print(format_table(args.strategy, args.workload, rows))
-    if args.json:
+        threads = int(threads)
+    except (TypeError, ValueError):
+        raise ConfigError(f"option --threads: {threads!r} is not a number of issuing "
+                          "threads") from None
+    wopts = parse_kv("--workload-option", args.workload_option)
+    sopts = parse_kv("--strategy-option", args.strategy_option)
+    eopts = parse_kv("--engine-option", args.engine_option)
+    cache = parse_size("--cache-bytes", getattr(args, "cache_bytes", None) or "64MiB")
+    wl, rows = run_speedups(strategy=strategy, engine=args.engine, workload=args.workload,
+                            workload_options=wopts, strategy_options=sopts,
+                            engine_options=eopts, cache_bytes=cache, speedups=speedups,
+                            threads=threads, limit=args.limit, quiet=quiet)
+    print(format_table(strategy, args.workload, rows))
+    if getattr(args, "json", None):
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump([asdict(r) | {"hit_rate": r.hit_rate} for r in rows], f, indent=1)
+    if getattr(args, "output", None):
+        md = run_metadata(strategy, args.engine, args.workload,
+                          {"workload_options": wopts, "strategy_options": sopts,
+                           "speedups": ",".join(_label(x) for x in speedups)})
+        written = write_suites(args.output, *suites(rows, md, threads=threads))
+        print("wrote {} and {}".format(*written))
+    return 0
+
+
+def run_trace(spec, speedup_text: str, threads: int, output: str | None, quiet: bool) -> int:
+    """``prefixbench run --arrival trace --speedup X``: one open-loop replay of the run's
+    spec, its table, and OUT.json / OUT.counts.json with the unprefixed names."""
+    from prefixbench.harness.pyperf_io import run_metadata
+    speedups = parse_speedups(speedup_text)
+    if len(speedups) != 1:
+        raise ConfigError(f"option --speedup: run takes one factor, got {speedup_text!r} "
+                          "(sweep arrival takes a list)")
+    _, rows = run_speedups(strategy=spec.strategy, engine=spec.engine, workload=spec.workload,
+                           workload_options=spec.workload_options,
+                           strategy_options=spec.strategy_options,
+                           engine_options=spec.engine_options, cache_bytes=spec.cache_bytes,
+                           speedups=speedups, threads=threads, limit=spec.limit, quiet=quiet)
+    print(format_table(spec.strategy, spec.workload, rows))
+    if output:
+        md = run_metadata(spec.strategy, spec.engine, spec.workload, spec.config())
+        written = write_suites(output, *suites(rows, md, prefixed=False, threads=threads))
+        print("wrote {} and {}".format(*written))
     return 0
