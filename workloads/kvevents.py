@@ -40,6 +40,13 @@ type is counted and skipped (an error with ``strict``), a sequence gap or
 duplicate is counted (duplicates are skipped), a parent never seen starts its
 chain there (counted by :class:`ChainMemory`).
 
+**Fast path.**  :func:`iter_decoded` gives each frame as arrays (the batch
+tuple of :mod:`prefixbench.workloads._kvevents_ref`), parsed from the capture
+payload's msgpack bytes by the compiled twin
+(:mod:`prefixbench.workloads._kvevents`), which hands any payload off its
+fast path to the reference so the answer and the error line are the same;
+``prefixbench events replay`` and ``bench`` read captures this way.
+
 **The workload** ``kv-events`` (``-W path=FILE``) yields the store, remove and
 clear operations (:mod:`prefixbench.workloads.model`); ``prefixbench events
 replay`` applies them to an index.  Its ``requests()`` is the closed-loop
