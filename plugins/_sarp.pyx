@@ -7,8 +7,9 @@ reference with the same names, which the tests hold these equal to, is
 :mod:`prefixbench.plugins._sarp_ref`.
 
 Routing directory layout: an open-addressing table of 32-bit entry indexes
-(linear probing on the key's hash, load <= 1/2, keys compared in the entry,
-nothing is ever deleted) over an array of 32-byte entries; each entry owns a
+(linear probing on the key's hash, load <= 1/2, keys compared in the entry;
+:meth:`RoutingDirectory.discard` deletes by backward shift, so no probe chain
+ever holds a hole) over an array of 32-byte entries; each entry owns a
 posting array of packed 12-byte ``(filter, segment id)`` pairs sorted by
 filter ascending, then segment id descending (newest first among equal
 filters).  A readers-writer lock guards everything: a query sees a posting
@@ -21,15 +22,23 @@ held, which cannot deadlock because no lock holder ever waits for the GIL.
 """
 import numpy as np
 cimport numpy as cnp
-from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc, realloc, qsort
 from libc.string cimport memmove, memcpy
 
-__all__ = ["LIVE", "NONE", "PENDING", "RoutingDirectory", "filters", "max_potential"]
+__all__ = ["LIVE", "NONE", "PENDING", "RoutingDirectory", "filters", "max_potential",
+           "record_ids"]
 
 cnp.import_array()
 
 include "_rwlock.pxi"
+
+DEF HEADER = 40
+DEF CK_OFF = 32
+
+include "_segment_record.pxi"
+
+from cpython.bytes cimport PyBytes_AS_STRING
 
 
 # ----------------------------------------------------------------------------- filters
@@ -163,6 +172,55 @@ def max_potential(filters_sorted, uint64_t qf, int nfields, int stride, int bits
     free(p)
     L = nfields * stride if k >= nfields else (k + 1) * stride - 1
     return L, lo, hi
+
+
+# ----------------------------------------------------------------------------- records
+def record_ids(list raws, keys, Py_ssize_t S, Py_ssize_t meta_size):
+    """Reclamation's scan of raw segment records (``raws[i]`` read under ``keys[i]``):
+    ``(counts, ids)`` - per record its block count, 0 unless it is sound (magic,
+    version, meta size, its own key, a start aligned to ``S``, at most ``S``
+    blocks, length, checksum), and the block ids of every sound record, in order."""
+    cdef const uint64_t[::1] k = np.ascontiguousarray(keys, dtype=np.uint64)
+    cdef Py_ssize_t n = len(raws), i, total = 0, c = 0
+    if k.shape[0] != n:
+        raise ValueError("record_ids: one key per record")
+    counts = np.zeros(n, dtype=np.int64)
+    cdef int64_t[::1] cv = counts
+    cdef const uint8_t* p
+    cdef Py_ssize_t ln
+    cdef uint16_t ver, ms16
+    cdef uint32_t cnt
+    cdef uint64_t key, start, stored
+    bufs = [r if r is None or isinstance(r, bytes) else bytes(r) for r in raws]
+    for i in range(n):
+        r = bufs[i]
+        if r is None:
+            continue
+        p = <const uint8_t*>PyBytes_AS_STRING(r)
+        ln = len(<bytes>r)
+        if ln < HEADER or p[0] != 80 or p[1] != 66 or p[2] != 83 or p[3] != 71:
+            continue
+        memcpy(&ver, p + 4, 2)
+        memcpy(&ms16, p + 6, 2)
+        memcpy(&cnt, p + 8, 4)
+        memcpy(&key, p + 16, 8)
+        memcpy(&start, p + 24, 8)
+        memcpy(&stored, p + CK_OFF, 8)
+        if ver != 1 or ms16 != meta_size or key != k[i] or cnt > S or start % S \
+                or ln != HEADER + <Py_ssize_t>cnt * (8 + meta_size):
+            continue
+        if _seg_checksum(p, ln) != stored:
+            continue
+        cv[i] = cnt
+        total += cnt
+    ids = np.empty(total, dtype=np.uint64)
+    cdef uint64_t[::1] iv = ids
+    for i in range(n):
+        if cv[i]:
+            p = <const uint8_t*>PyBytes_AS_STRING(bufs[i])
+            memcpy(&iv[c], p + HEADER, cv[i] * 8)
+            c += cv[i]
+    return counts, ids
 
 
 # ----------------------------------------------------------------------------- directory
@@ -437,6 +495,72 @@ cdef class RoutingDirectory:
             pb_unlock(&self.lock)
         if r < 0:
             raise MemoryError("routing directory: out of memory")
+
+    cdef void _drop_entry(self, Py_ssize_t e) noexcept nogil:
+        """Delete entry ``e`` (caller holds the write lock): backward-shift its slot
+        out of the probe chain, free its list, move the last entry into its place."""
+        cdef uint64_t mask = self.n_slots - 1
+        cdef uint64_t i = _slot_hash(self.entries[e].key) & mask, j, k
+        cdef Py_ssize_t last = self.n_ent - 1
+        while self.slots[i] != <uint32_t>(e + 1):
+            i = (i + 1) & mask
+        self.slots[i] = 0
+        j = i
+        while True:
+            j = (j + 1) & mask
+            if self.slots[j] == 0:
+                break
+            k = _slot_hash(self.entries[self.slots[j] - 1].key) & mask
+            # the item at j stays when its home lies cyclically in (i, j]
+            if (i <= j and i < k and k <= j) or (i > j and (i < k or k <= j)):
+                continue
+            self.slots[i] = self.slots[j]
+            self.slots[j] = 0
+            i = j
+        self.post_bytes -= self.entries[e].cap * sizeof(Posting)
+        self.n_post -= self.entries[e].n
+        if not self.entries[e].in_slab:
+            free(self.entries[e].list)
+        if e != last:
+            self.entries[e] = self.entries[last]
+            i = _slot_hash(self.entries[e].key) & mask
+            while self.slots[i] != <uint32_t>(last + 1):
+                i = (i + 1) & mask
+            self.slots[i] = <uint32_t>(e + 1)
+        self.n_ent -= 1
+
+    def discard(self, keys, segs):
+        """Remove the postings ``(keys[i], segs[i])`` that exist, and every entry
+        left empty, under one write lock (reclamation: a query sees all of them
+        or none).  Returns ``(postings removed, entries removed)``."""
+        cdef const uint64_t[::1] k = np.ascontiguousarray(keys, dtype=np.uint64)
+        cdef const uint64_t[::1] s = np.ascontiguousarray(segs, dtype=np.uint64)
+        cdef Py_ssize_t n = k.shape[0], i, e, t
+        cdef int64_t gone = 0, dropped = 0
+        cdef Entry* ent
+        if s.shape[0] != n:
+            raise ValueError("discard: keys and segs differ in length")
+        with nogil:
+            pb_wrlock(&self.lock)
+            for i in range(n):
+                if s[i] > MAX_SEG:
+                    continue
+                e = self._find(k[i])
+                if e < 0:
+                    continue
+                ent = &self.entries[e]
+                for t in range(ent.n):
+                    if ent.list[t].seg == <uint32_t>s[i]:
+                        memmove(&ent.list[t], &ent.list[t + 1], (ent.n - t - 1) * sizeof(Posting))
+                        ent.n -= 1
+                        self.n_post -= 1
+                        gone += 1
+                        break
+                if ent.n == 0:
+                    self._drop_entry(e)
+                    dropped += 1
+            pb_unlock(&self.lock)
+        return gone, dropped
 
     # ---- queries ----------------------------------------------------------------
     def info(self, uint64_t key):

@@ -13,7 +13,10 @@ import threading
 
 import numpy as np
 
-__all__ = ["LIVE", "NONE", "PENDING", "RoutingDirectory", "filters", "max_potential"]
+from prefixbench.plugins import _segments_ref
+
+__all__ = ["LIVE", "NONE", "PENDING", "RoutingDirectory", "filters", "max_potential",
+           "record_ids"]
 
 #: states of an entry's pending child points (rematerialization, refinement)
 NONE, PENDING, LIVE = 0, 1, 2
@@ -86,6 +89,26 @@ def max_potential(filters_sorted, qf: int, nfields: int, stride: int, bits: int)
 
 _MAX_SEG = 0xFFFFFFFF
 _ENTRY_BYTES, _POSTING_BYTES, _SLOT_BYTES = 32, 12, 4     # the compiled layout's sizes
+
+
+def record_ids(raws, keys, S: int, meta_size: int):
+    keys = np.asarray(keys, np.uint64).tolist()
+    if len(keys) != len(raws):
+        raise ValueError("record_ids: one key per record")
+    counts = np.zeros(len(raws), dtype=np.int64)
+    parts = []
+    for i, (raw, key) in enumerate(zip(raws, keys)):
+        if raw is None:
+            continue
+        got = _segments_ref.decode(raw, meta_size)
+        if isinstance(got, str):
+            continue
+        seg_id, start, ids, _metas = got
+        if seg_id != key or start % S or len(ids) > S:
+            continue
+        counts[i] = len(ids)
+        parts.append(np.asarray(ids, dtype=np.uint64))
+    return counts, (np.concatenate(parts) if parts else np.empty(0, np.uint64))
 
 
 class _Entry:
@@ -184,6 +207,28 @@ class RoutingDirectory:
                     p.next_state = LIVE
                 else:
                     p.refine_state = LIVE
+
+    def discard(self, keys, segs):
+        keys, segs = np.asarray(keys, np.uint64).tolist(), np.asarray(segs, np.uint64).tolist()
+        if len(keys) != len(segs):
+            raise ValueError("discard: keys and segs differ in length")
+        gone = dropped = 0
+        with self._lock:
+            for k, s in zip(keys, segs):
+                e = self._d.get(k)
+                if e is None:
+                    continue
+                for i, (_f, t) in enumerate(e.items):
+                    if -t == s:
+                        del e.items[i]
+                        self._n_post -= 1
+                        gone += 1
+                        break
+                if not e.items:
+                    self._post_bytes -= e.cap * _POSTING_BYTES
+                    del self._d[k]
+                    dropped += 1
+        return gone, dropped
 
     # ---- queries ----------------------------------------------------------------
     def info(self, key):

@@ -45,11 +45,16 @@ Decisions where the issue is silent:
   so it counts a block as removed unless it is tombstoned already or was
   never on that worker by the tables (``exact_remove_count = False``); a
   never-stored block costs one tombstone.
-* Tombstones are kept until ``clear()``: they are bounded by the blocks that
-  were removed and not re-inserted (a pool evicts each block once per
-  residence), and the stored records of removed blocks stay readable for
-  insert reuse (SARP's "stored blocks never go away" holds for the records;
-  see :mod:`prefixbench.plugins.sarp`).
+* Tombstones are kept until ``clear()`` - bounded by the blocks that were
+  removed and not re-inserted (a pool evicts each block once per residence)
+  - except where the strategy reclaims: SARP's passes delete the records of
+  removed blocks and then drop the tombstones no record holds any more
+  (:meth:`_Overlay.watch_start`/:meth:`_Overlay.watch_stop`, never those of
+  a block an insert touched during the pass).  A pass bumps
+  :attr:`_Overlay.gen` once the records it retires are unrouted and before it
+  deletes them and drops their tombstones; a match that spans a bump runs
+  again, so it neither misses a retired record nor serves a block whose
+  tombstone went while it held the record (see :mod:`prefixbench.plugins.sarp`).
 * Durable mode (``logs_removes``) logs every remove and clear, and every
   insert made once the overlay is in use (all inserts for the strategies that
   keep an insert log anyway); snapshots carry both tables.  An insert on a
@@ -108,13 +113,19 @@ def _outermost(name: str, fn, make):
 
 def _wrap_match(match):
     def match_through_overlay(self, block_ids):
-        got = match(self, block_ids)
         ov = self._overlay()
-        if ov.idle():
-            if self.max_workers > 1 and got.locations is None:
-                got.locations = np.ones(got.n_blocks, dtype=np.uint64)
-            return got
-        return ov.apply(as_block_ids(block_ids), got)
+        while True:
+            gen = ov.gen
+            got = match(self, block_ids)
+            if ov.idle():
+                if self.max_workers > 1 and got.locations is None:
+                    got.locations = np.ones(got.n_blocks, dtype=np.uint64)
+                return got
+            out = ov.apply(as_block_ids(block_ids), got)
+            if ov.gen == gen:
+                return out
+            # a reclamation retired records or tombstones while this match ran: what
+            # it read may be gone, or its tombstones dropped; match again
     return match_through_overlay
 
 
@@ -210,6 +221,14 @@ class _Overlay:
         self.defaults_dead = False
         self.lock = threading.RLock()
         self.noops = 0
+        #: bumped by a reclamation after it unrouted the records it retires and before
+        #: it deletes them and drops their tombstones: a match spanning a bump retries
+        self.gen = 0
+        #: while a reclamation pass runs: the ids of every insert made meanwhile (they
+        #: may be held by records the pass saw alive, so their tombstones stay)
+        self.watch: list | None = None
+        #: set when a clear() ran during the pass (it drops no tombstone then)
+        self.watch_broken = False
         #: set by the first remove, clear or insert on another worker, and kept: from
         #: then on every insert goes through the tables (an insert that began while the
         #: overlay was idle re-checks afterwards, so none slips past a concurrent one)
@@ -243,6 +262,8 @@ class _Overlay:
         the pre-match found (logged, so a replay against a store that is ahead of
         the log learns no more than the original did)."""
         k = 0
+        if self.watch is not None:
+            self.watch.append(np.array(ids, dtype=np.uint64, copy=True))
         in_live = self.live.lookup(ids)[0]
         in_dead = self.dead.lookup(ids)[0] if len(self.dead) else np.zeros(len(ids), np.bool_)
         if worker == 0:
@@ -285,6 +306,7 @@ class _Overlay:
     def clear(self, worker: int) -> None:
         self.active = True
         with self.lock:
+            self.watch_broken = True
             if worker < 0:
                 self.live.clear()
                 self.dead.clear()
@@ -297,6 +319,44 @@ class _Overlay:
             self.live.clear(worker)
             if worker == 0:
                 self.defaults_dead = True
+
+    # ---------------------------------------------------------------- reclamation
+    def alive(self, ids: np.ndarray) -> np.ndarray:
+        """Per block of ``ids``: available on some worker (listed in ``live``, or
+        neither tombstoned nor cleared by default)."""
+        in_live = self.live.lookup(ids)[0]
+        if self.defaults_dead:
+            return in_live
+        if not len(self.dead):
+            return np.ones(len(ids), dtype=np.bool_)
+        return in_live | ~self.dead.lookup(ids)[0]
+
+    def watch_start(self) -> np.ndarray:
+        """Begin a reclamation pass (caller holds the lock): the tombstones now."""
+        self.watch, self.watch_broken = [], False
+        return self.dead.export()[0].copy()
+
+    def watch_stop(self, candidates: np.ndarray, held: np.ndarray) -> int:
+        """End a pass (caller holds the lock): drop the tombstones of ``candidates``
+        (tombstoned when the pass began) that no record holds (``held``) and that
+        no insert touched since; the count dropped."""
+        watched, broken = self.watch, self.watch_broken
+        self.watch, self.watch_broken = None, False
+        if broken or not len(candidates):
+            return 0
+        spare = np.concatenate([held] + watched) if watched else held
+        if len(spare):
+            table = _blockhash.BlockHashTable(1, 0)
+            table.reserve(len(spare))
+            table.insert(np.ascontiguousarray(spare, dtype=np.uint64),
+                         np.zeros((len(spare), 1), np.uint8))
+            candidates = candidates[~table.lookup(candidates)[0]]
+        if not len(candidates):
+            return 0
+        drop = np.ascontiguousarray(candidates[self.dead.lookup(candidates)[0]])
+        if len(drop):
+            self.dead.remove(drop)
+        return len(drop)
 
     # ---------------------------------------------------------------- durability
     def export(self) -> tuple[dict, dict]:
@@ -363,7 +423,12 @@ class TombstoneOverlay(IndexStrategy):
         ids, w = self._removal_args(block_ids, worker)
         if len(ids) == 0:
             return 0
-        return self._overlay().remove(ids, w)
+        n = self._overlay().remove(ids, w)
+        self._after_remove()
+        return n
+
+    def _after_remove(self) -> None:
+        """Called after every non-empty remove (SARP schedules reclamation here)."""
 
     def clear(self, worker: int | None = None) -> None:
         w = check_worker(f"strategy {self.name}.clear", worker, self.max_workers, True)
