@@ -69,6 +69,17 @@ Sweep notes
     existed lacks it, and the report leaves out what needs it (the paper
     column of Table 4, the paper's thread counts), never fails on it.
 
+Placement
+    ``placement frontier -o`` writes ``placement-<tag>-<measure>`` per policy
+    and budget (tag: the policy with ``:``/``/`` as ``-``, then ``-m<budget>``)
+    and the replay's own figures (``placement-requests``, ``-hits-eval``, ...);
+    the rows' order and policy names ride in :data:`PLACEMENT_KEYS`.  A
+    frontier suite written before those keys lacks them (and the replay
+    figures but two, read from its ``hits_eval`` and ``no_reuse_blocks``
+    metadata): the report shows its rows under their tags.  ``solve -o`` and
+    ``bench -o`` write ``placement-solve-*`` and ``placement-bench-n<N>-m<M>-*``
+    with the metadata ``command`` = ``placement-solve`` / ``placement-bench``.
+
 Commands without a replay
     ``hash-bench``, ``engine-bench`` and ``plugins`` write ``-o OUT.json``
     too, with the metadata ``command`` set to the command: ``hash-*``
@@ -129,6 +140,14 @@ SWEEP_NOTE_KEYS = {
 }
 #: metadata key of a ``plugins -o`` suite holding the plugin list (JSON)
 PLUGINS_KEY = "plugins"
+
+#: metadata keys the ``placement`` suites add for what their tables need besides figures
+PLACEMENT_KEYS = {
+    "placement_rows": "frontier: JSON [[policy, budget or null, tag], ...] in table order; "
+                      "tag names the row's placement-<tag>-* figures",
+    "placement_positions": "solve: JSON list of the chosen checkpoint positions",
+    "placement_points": "bench: JSON [[N, M], ...] in table order",
+}
 
 #: ``run --csv`` columns (db_bench style), in order
 CSV_COLUMNS = (
@@ -322,6 +341,37 @@ def _enginebench():
     return out
 
 
+def _placement():
+    """``placement frontier`` (the replay) and ``placement solve``."""
+    out = [Figure(f"placement-{n}", unit, "placement", m, metadata=md)
+           for n, unit, m, md in (
+               ("requests", "count", "frontier: requests replayed", ()),
+               ("entries", "count", "frontier: retained entries (new root-to-node paths)",
+                ()),
+               ("entry-blocks-mean", "count", "frontier: mean blocks per entry", ()),
+               ("block-size", "count", "frontier: tokens per block", ()),
+               ("hits-fit", "count", "frontier: hits the placements were fitted on", ()),
+               ("hits-eval", "count", "frontier: hits the placements were evaluated on",
+                (("hits_eval", 1.0),)),
+               ("no-reuse-blocks", "count", "frontier: mean recompute per hit without any "
+                "checkpoint, blocks", (("no_reuse_blocks", 1.0),)),
+               ("dense-ckpt", "count", "frontier: checkpoints per entry of a state at every "
+                "position", ()),
+               ("state-bytes", "bytes", "frontier: bytes of one checkpoint under the model",
+                ()),
+               ("kv-bytes-per-token", "bytes", "frontier: dense attention KV bytes per token "
+                "under the model", ()))]
+    out += [Figure(f"placement-solve-{n}", "count", "placement", m, better)
+            for n, m, better in (
+                ("expected-recompute", "solve: expected recompute, positions", "lower"),
+                ("no-reuse", "solve: expected recompute without checkpoints", ""),
+                ("dense", "solve: expected recompute with a state at every position", ""),
+                ("n", "solve: positions N of the depth histogram", ""),
+                ("budget", "solve: the budget M after clamping to N", ""),
+                ("positions", "solve: checkpoints used", ""))]
+    return out
+
+
 #: every figure, exact names first, patterns last
 FIGURES: tuple = tuple([
     Figure("replay-time-per-request", "seconds", "throughput",
@@ -404,6 +454,7 @@ FIGURES: tuple = tuple([
     *_describe(),
     *_crashtest(),
     *_hashbench(),
+    *_placement(),
     *_enginebench(),
     Figure("cap-recovery-ratio", "ratio", "conditions", "capped tree's recovery over sarp's "
            "under the cap rule (paper: 0.96-1.96)", metadata=(("cap_recovery_ratio", 1.0),)),
@@ -421,6 +472,23 @@ FIGURES: tuple = tuple([
     Figure("host-us-per-object-<path>-<point>", "count", "restore",
            "host microseconds per logical object", "lower"),
     Figure("layer-events-<path>-<point>", "count", "restore", "per-layer readiness events"),
+    Figure("placement-bench-n<n>-m<m>-cpu", "seconds", "placement", "placement bench: CPU "
+           "seconds of one exact solve at N positions and budget M, best of the rounds",
+           "lower"),
+    Figure("placement-bench-n<n>-m<m>-wall", "seconds", "placement", "placement bench: wall "
+           "seconds of that solve, best of the rounds", "lower"),
+    Figure("placement-<tag>-ckpt-per-entry", "count", "placement", "frontier: checkpoints "
+           "per entry of one policy at one budget"),
+    Figure("placement-<tag>-ckpt-bytes", "bytes", "placement", "frontier: checkpoint bytes "
+           "per entry under the cost model"),
+    Figure("placement-<tag>-recompute-blocks", "count", "placement", "frontier: expected "
+           "recompute per evaluated hit, blocks", "lower"),
+    Figure("placement-<tag>-recompute-tokens", "count", "placement", "frontier: expected "
+           "recompute per evaluated hit, tokens", "lower"),
+    Figure("placement-<tag>-kept-ppm", "ppm", "placement", "frontier: share of the dense "
+           "hit kept", "higher"),
+    Figure("placement-<tag>-positions", "count", "placement", "frontier: checkpoint "
+           "positions up to the deepest evaluated hit (per entry: the most kept)"),
     Figure("placement-<name>", "count", "placement", "sparse prefix caching placement figure"),
     Figure("plugins-<kind>", "count", "plugins", "plugins of one kind (strategy, engine, "
            "workload, ...) the registry loaded"),

@@ -319,120 +319,93 @@ def _kept_boundaries(depths: Depths, m: int):
 
 
 # ----------------------------------------------------------------------------- tables
-FIXED = ("block", "uniform", "geometric")
-PER_ENTRY = ("end", "boundary")
-
-
-def _kind(row) -> str:
-    return row.policy.split(":")[0].split("/")[0]
-
-
 def comparison(fr: Frontier, budgets) -> list[tuple]:
-    """Per budget: ``(M, dp, dp/entry, best fixed heuristic, best per-entry heuristic)``,
-    each heuristic the lowest R among those within budget M: a fixed policy with at
-    most M positions up to the deepest evaluated hit (offline that is dp's
-    feasible set, so offline dp is never worse), a per-entry policy keeping at most M on every entry."""
-    out = []
-    for m in budgets:
-        dp = [r for r in fr.rows if r.policy == "dp" and r.budget == m]
-        if not dp:
-            continue
-        dpe = next((r for r in fr.rows if r.policy == "dp/entry" and r.budget == m), None)
-
-        def best(kinds):
-            rivals = [r for r in fr.rows if _kind(r) in kinds and r.size <= m]
-            return min(rivals, key=lambda r: (r.recompute, r.ckpt_per_entry), default=None)
-        out.append((m, dp[0], dpe, best(FIXED), best(PER_ENTRY)))
-    return out
+    """Per budget: ``(M, dp, dp/entry, best fixed heuristic, best per-entry heuristic)``
+    (:func:`prefixbench.reports.show.placement_comparison`, the table's own rule)."""
+    from prefixbench.reports.show import placement_comparison
+    return placement_comparison(fr.rows, budgets)
 
 
 def equal_r(fr: Frontier) -> list[tuple]:
-    """For each block:B row: the fewest dp checkpoints (over the budgets run) with
-    R no higher than block's."""
-    dps = sorted((r for r in fr.rows if r.policy == "dp"), key=lambda r: r.budget)
-    out = []
-    for r in fr.rows:
-        if not r.policy.startswith("block:"):
-            continue
-        match = next((d for d in dps if d.recompute <= r.recompute + 1e-12), None)
-        out.append((r, match))
-    return out
+    """For each block:B row: the fewest dp checkpoints with R no higher than block's."""
+    from prefixbench.reports.show import placement_equal_r
+    return placement_equal_r(fr.rows)
 
 
-def format_frontier(fr: Frontier, budgets) -> str:
-    from prefixbench.reports.tables import fmt_bytes, format_table
-    d, model = fr.depths, fr.model
-    bs = d.block_size
-    sb = model.state_bytes
-    lines = [f"placement frontier: {d.workload} ({d.requests:,} requests, {len(d.entry_len):,} "
-             f"entries, mean {d.entry_len.mean() if len(d.entry_len) else 0:.1f} blocks; "
-             f"block size {bs}), split {fr.split}: fit on {fr.hits_fit:,} hits, "
-             f"evaluated on {fr.hits_eval:,}",
-             f"model {model.name}: {fmt_bytes(sb) if model.name != 'positions' else '1'} per "
-             f"checkpoint, dense KV {fmt_bytes(model.kv_bytes_per_token)}/token; "
-             f"no-reuse bound {fr.no_reuse:.2f} blocks ({fr.no_reuse * bs:,.0f} tokens), "
-             f"dense bound 0 (a state at every position: {fr.dense_ckpt:.1f} per entry)"]
-    unit = "ckpt units/entry" if model.name == "positions" else "ckpt bytes/entry"
-    rows = [("no-reuse", "-", "0", "0", f"{fr.no_reuse:.3f}", f"{fr.no_reuse * bs:,.1f}", "0.0%"),
-            ("dense", "-", f"{fr.dense_ckpt:.2f}", _bytes(fr.dense_ckpt * sb, model), "0.000",
-             "0.0", "100.0%")]
-    for r in fr.rows:
-        rows.append((r.policy, "-" if r.budget is None else r.budget, f"{r.ckpt_per_entry:.2f}",
-                     _bytes(r.ckpt_per_entry * sb, model), f"{r.recompute:.3f}",
-                     f"{r.recompute * bs:,.1f}", f"{100 * r.kept:.1f}%"))
-    lines.append(format_table(("policy", "budget", "ckpt/entry", unit, "recompute (blocks)",
-                               "recompute (tokens)", "dense hit kept"), rows))
-    cmp_rows = []
-    for m, dp, dpe, fx, pe in comparison(fr, budgets):
-        verdict = "-" if fx is None else ("dp <= it" if dp.recompute <= fx.recompute + 1e-9
-                                         else "dp worse")
-        cmp_rows.append((m, f"{dp.recompute:.3f}", f"{dp.ckpt_per_entry:.2f}",
-                         f"{fx.policy} [{fx.size}] ({fx.ckpt_per_entry:.2f})" if fx else "-",
-                         f"{fx.recompute:.3f}" if fx else "-", verdict,
-                         f"{pe.policy} ({pe.ckpt_per_entry:.2f})" if pe else "-",
-                         f"{pe.recompute:.3f}" if pe else "-",
-                         f"{dpe.recompute:.3f}" if dpe else "-"))
-    if cmp_rows:
-        lines += ["", "dp against the best heuristic within budget M (fixed positions - block, "
-                  "uniform, geometric - with at most M positions up to the deepest hit; per entry, as they "
-                  "are - end, boundary - at most M on every entry):",
-                  format_table(("M", "dp R", "dp ckpt", "best fixed [positions] (ckpt)", "its R", "",
-                                "best per-entry (ckpt)", "its R", "dp/entry R"), cmp_rows)]
-    eq = equal_r(fr)
-    if eq:
-        er = [(b.policy, f"{b.ckpt_per_entry:.2f}", f"{b.recompute:.3f}",
-               f"{m.ckpt_per_entry:.2f} (M={m.budget})" if m else "not within the budgets run",
-               f"{b.ckpt_per_entry / m.ckpt_per_entry:.1f}x" if m and m.ckpt_per_entry else "-")
-              for b, m in eq]
-        lines += ["", "at equal R: the fewest dp checkpoints per entry reaching block:B's R:",
-                  format_table(("block", "ckpt/entry", "R", "dp ckpt/entry", "block / dp"), er)]
-    return "\n".join(lines)
+def format_frontier(fr: Frontier, budgets, metadata: dict | None = None) -> str:
+    """The frontier's table, rendered from its suite as ``show`` renders the file."""
+    from prefixbench.harness.reporting import table_of
+    return table_of(None, frontier_benchmarks(fr, metadata or _metadata(fr, budgets)))
 
 
-def _bytes(v: float, model) -> str:
-    from prefixbench.reports.tables import fmt_bytes
-    return f"{v:.2f}" if model.name == "positions" else fmt_bytes(v)
+def _metadata(fr: Frontier, budgets, config: dict | None = None) -> dict:
+    from prefixbench.harness.pyperf_io import run_metadata
+    return run_metadata("placement", None, fr.depths.workload,
+                        dict(config or {}, budgets=list(budgets)))
+
+
+def _tag(row: Row) -> str:
+    return row.policy.replace(":", "-").replace("/", "-") + (
+        f"-m{row.budget}" if row.budget is not None else "")
 
 
 def frontier_benchmarks(fr: Frontier, metadata: dict) -> list:
-    """pyperf benchmarks, one per policy, budget and figure (counts and sizes)."""
-    from prefixbench.harness.pyperf_io import value_runs
-    bs, sb = fr.depths.block_size, fr.model.state_bytes
+    """pyperf benchmarks: the replay's figures, then one per policy, budget and measure;
+    the rows' order and names in ``placement_rows``, zeros listed (schema)."""
+    import json
+
+    from prefixbench.harness.pyperf_io import figure_benchmarks
+    d = fr.depths
+    bs, sb = d.block_size, fr.model.state_bytes
     md = dict(metadata, split=fr.split, model=fr.model.name, hits_eval=fr.hits_eval,
-              no_reuse_blocks=round(fr.no_reuse, 6))
-    out = []
+              no_reuse_blocks=round(fr.no_reuse, 6),
+              placement_rows=json.dumps([[r.policy, r.budget, _tag(r)] for r in fr.rows]))
+    figs = {"placement-requests": d.requests, "placement-entries": len(d.entry_len),
+            "placement-entry-blocks-mean": float(d.entry_len.mean()) if len(d.entry_len)
+            else 0.0,
+            "placement-block-size": bs, "placement-hits-fit": fr.hits_fit,
+            "placement-hits-eval": fr.hits_eval, "placement-no-reuse-blocks": fr.no_reuse,
+            "placement-dense-ckpt": fr.dense_ckpt, "placement-state-bytes": sb,
+            "placement-kv-bytes-per-token": fr.model.kv_bytes_per_token}
     for r in fr.rows:
-        tag = r.policy.replace(":", "-").replace("/", "-") + (
-            f"-m{r.budget}" if r.budget is not None else "")
-        for name, unit, v in ((f"{tag}-ckpt-per-entry", "integer", r.ckpt_per_entry),
-                              (f"{tag}-ckpt-bytes", "byte", r.ckpt_per_entry * sb),
-                              (f"{tag}-recompute-blocks", "integer", r.recompute),
-                              (f"{tag}-recompute-tokens", "integer", r.recompute * bs),
-                              (f"{tag}-kept-ppm", "integer", round(r.kept * 1e6))):
-            b = value_runs(f"placement-{name}", unit, [v], md)
-            if b is not None:
-                out.append(b)
-    return out
+        tag = _tag(r)
+        figs.update({f"placement-{tag}-ckpt-per-entry": r.ckpt_per_entry,
+                     f"placement-{tag}-ckpt-bytes": r.ckpt_per_entry * sb,
+                     f"placement-{tag}-recompute-blocks": r.recompute,
+                     f"placement-{tag}-recompute-tokens": r.recompute * bs,
+                     f"placement-{tag}-kept-ppm": round(r.kept * 1e6),
+                     f"placement-{tag}-positions": r.size})
+    return figure_benchmarks({k: float(v) for k, v in figs.items()}, md)
+
+
+def solve_benchmarks(res, n: int, metadata: dict) -> list:
+    """``placement solve``'s figures, the positions in ``placement_positions``."""
+    import json
+
+    from prefixbench.harness.pyperf_io import figure_benchmarks
+    md = dict(metadata, command="placement-solve",
+              placement_positions=json.dumps(res.positions.tolist()))
+    return figure_benchmarks({
+        "placement-solve-expected-recompute": float(res.expected_recompute),
+        "placement-solve-no-reuse": float(res.no_reuse),
+        "placement-solve-dense": float(res.dense), "placement-solve-n": float(n),
+        "placement-solve-budget": float(res.budget),
+        "placement-solve-positions": float(len(res.positions))}, md)
+
+
+def bench_benchmarks(rows, metadata: dict) -> list:
+    """``placement bench``'s CPU and wall seconds per (N, M), the order in
+    ``placement_points``."""
+    import json
+
+    from prefixbench.harness.pyperf_io import figure_benchmarks
+    md = dict(metadata, command="placement-bench",
+              placement_points=json.dumps([[r["n"], r["m"]] for r in rows]))
+    figs = {}
+    for r in rows:
+        figs[f"placement-bench-n{r['n']}-m{r['m']}-cpu"] = float(r["seconds"])
+        figs[f"placement-bench-n{r['n']}-m{r['m']}-wall"] = float(r["wall_seconds"])
+    return figure_benchmarks(figs, md)
 
 
 # ----------------------------------------------------------------------------- bench
@@ -468,14 +441,12 @@ def bench(ns=BENCH_N, ms=BENCH_M, repeats: int = 3, seed: int = 0, progress=None
     return out
 
 
-def format_bench(rows) -> str:
-    from prefixbench import twins
-    from prefixbench.reports.tables import fmt_seconds, format_table
-    body = [(r["n"], r["m"], fmt_seconds(r["seconds"]), fmt_seconds(r["wall_seconds"]),
-             f"{r['ratio']:.2f}" if r["ratio"] else "-") for r in rows]
-    return (f"placement solver ({twins.IMPLEMENTATION}), seeded random weights, best of the "
-            f"rounds (each round times every N once)\n"
-            + format_table(("N", "M", "CPU time", "wall time", "ratio to N/2 (CPU)"), body))
+def format_bench(rows, metadata: dict | None = None) -> str:
+    """The bench's table, rendered from its suite as ``show`` renders the file."""
+    from prefixbench.harness.pyperf_io import run_metadata
+    from prefixbench.harness.reporting import table_of
+    md = metadata or run_metadata("none", None, "none", {})
+    return table_of(None, bench_benchmarks(rows, md))
 
 
 # ----------------------------------------------------------------------------- command line
@@ -537,24 +508,35 @@ def save_depths(depths: Depths, split: str, path: str) -> None:
 
 
 def cli(args, quiet: bool) -> int:
-    """``prefixbench placement solve|frontier|bench``."""
+    """``prefixbench placement solve|frontier|bench``: each prints its table from the
+    suite it writes with ``-o`` (or builds in memory), so ``show`` prints it again."""
     import json
     import sys
     from prefixbench.harness.progress import progress
+    from prefixbench.harness.pyperf_io import run_metadata
+    from prefixbench.harness.reporting import check_output, table_of
     what = args.placement_command
+    output = getattr(args, "output", None)
+    if output and what in ("solve", "frontier", "bench"):
+        check_output(output, f"placement {what}")
     if what == "solve":
         w = read_depths(args.depths)
         res = P.solve(w, args.budget, where=f"--depths {args.depths}: field weights",
                       option="--budget")
         for note in res.notes:
             print(f"prefixbench: note: {note}", file=sys.stderr)
+        md = run_metadata("none", None, "none", {"depths": args.depths,
+                                                  "budget": args.budget})
+        benches = solve_benchmarks(res, len(w) - 1, md)
+        if output:
+            from prefixbench.harness.pyperf_io import write_suite
+            write_suite(output, benches)
         if args.json:
             print(json.dumps(res.as_json()))
         else:
-            print(f"positions: {' '.join(map(str, res.positions.tolist())) or '(none)'}")
-            print(f"expected recompute: {res.expected_recompute:.6g} positions "
-                  f"(N = {len(w) - 1}, budget {res.budget}, {len(res.positions)} used)")
-            print(f"no-reuse bound: {res.no_reuse:.6g}; dense bound: {res.dense:g}")
+            print(table_of(output, benches))
+        if output and not quiet:
+            print(f"wrote {output}", file=sys.stderr if args.json else sys.stdout)
         return 0
     if what == "frontier":
         from prefixbench.harness.bench import make_workload
@@ -577,16 +559,19 @@ def cli(args, quiet: bool) -> int:
         with progress(total, f"placement {args.workload}", quiet) as bar:
             dep = collect(wl, args.limit, progress=bar.update)
         fr = frontier(dep, budgets, policies, args.split, args.model)
-        print(format_frontier(fr, budgets))
+        md = run_metadata("placement", None, args.workload,
+                          {"workload_options": wopts, "budgets": list(budgets),
+                           "policies": policies, "split": args.split, "model": args.model,
+                           "limit": args.limit})
+        benches = frontier_benchmarks(fr, md)
+        if output:
+            from prefixbench.harness.pyperf_io import write_suite
+            write_suite(output, benches)
+        print(table_of(output, benches))
         if args.save_depths:
             save_depths(dep, args.split, args.save_depths)
-        if args.output:
-            from prefixbench.harness.pyperf_io import run_metadata, write_suite
-            md = run_metadata("placement", None, args.workload,
-                              {"workload_options": wopts, "budgets": list(budgets),
-                               "policies": policies, "split": args.split, "model": args.model,
-                               "limit": args.limit})
-            write_suite(args.output, frontier_benchmarks(fr, md))
+        if output and not quiet:
+            print(f"wrote {output}")
         return 0
     if what == "bench":
         if args.repeats < 1:
@@ -599,6 +584,13 @@ def cli(args, quiet: bool) -> int:
         with progress(len(BENCH_N) * len(BENCH_M) * args.repeats, "placement bench", quiet,
                       unit="solve") as bar:
             rows = bench(repeats=args.repeats, progress=bar.update)
-        print(format_bench(rows))
+        benches = bench_benchmarks(rows, run_metadata("none", None, "none",
+                                                      {"repeats": args.repeats}))
+        if output:
+            from prefixbench.harness.pyperf_io import write_suite
+            write_suite(output, benches)
+        print(table_of(output, benches))
+        if output and not quiet:
+            print(f"wrote {output}")
         return 0
     raise ConfigError("placement: give a subcommand: solve, frontier or bench")

@@ -10,7 +10,8 @@ The command behind a result (its *kind*) comes from the metadata and the
 names: ``sweep-<kind>`` from ``sweep``, ``recover`` (``recovery-*``),
 ``payload`` (workload ``payload-restore``), ``placement`` (``placement-*``),
 ``scale`` (``threads-N-*`` without a setting), ``crashtest``, ``describe``,
-``hash-bench``, ``engine-bench`` and ``plugins`` (metadata ``command``),
+``hash-bench``, ``engine-bench``, ``plugins``, ``placement-solve`` and
+``placement-bench`` (metadata ``command``),
 otherwise ``run``.
 """
 from __future__ import annotations
@@ -122,7 +123,8 @@ class Result:
 
 
 #: commands named by the metadata ``command`` of the suites they write
-COMMANDS = ("crashtest", "describe", "hash-bench", "engine-bench", "plugins")
+COMMANDS = ("crashtest", "describe", "hash-bench", "engine-bench", "plugins",
+            "placement-solve", "placement-bench")
 
 
 def _kind(md: dict, names: list, readings: list) -> str:

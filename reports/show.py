@@ -1,8 +1,9 @@
 """The tables commands print, rendered from their result suites only.
 
 ``run``, ``scale``, ``recover``, ``crashtest``, ``workload describe``,
-``payload``, ``hash-bench``, ``engine-bench``, ``plugins`` and ``sweep`` (every
-kind: :mod:`prefixbench.reports.sweeps`) print through :func:`render` from the suites they just wrote (or built in
+``payload``, ``hash-bench``, ``engine-bench``, ``plugins``, ``placement
+solve|frontier|bench``, ``demo`` (a run's table per strategy) and ``sweep``
+(every kind: :mod:`prefixbench.reports.sweeps`) print through :func:`render` from the suites they just wrote (or built in
 memory, without ``-o``), and ``prefixbench show RESULT.json`` renders the same
 table from the file, so the two cannot drift.  A figure measured in several
 runs shows the median with the min-max; a figure the suite lists as zero
@@ -11,7 +12,9 @@ shows 0; one the suite lacks shows ``-``.
 from __future__ import annotations
 
 import json
+import re
 import statistics
+from dataclasses import dataclass
 
 from prefixbench.reports.tables import fmt_bytes, fmt_seconds, format_table
 from prefixbench.schema import SchemaError
@@ -408,6 +411,226 @@ def format_plugins(res) -> str:
     return out
 
 
+# ----------------------------------------------------------------------------- placement
+@dataclass
+class PlacementRow:
+    """One policy at one budget of a frontier, as its suite records it."""
+
+    policy: str
+    budget: int | None
+    ckpt_per_entry: float
+    ckpt_bytes: float
+    recompute: float            # expected recompute per evaluated hit, blocks
+    recompute_tokens: float
+    kept: float                 # share of the dense hit kept
+    size: int | None            # positions up to the deepest evaluated hit; None: not recorded
+
+
+#: the per-row measures of ``placement-<tag>-<measure>``
+PLACEMENT_MEASURES = ("ckpt-per-entry", "ckpt-bytes", "recompute-blocks", "recompute-tokens",
+                      "kept-ppm", "positions")
+_ROW_NAME = re.compile(r"placement-(?P<tag>.+)-(?P<what>" + "|".join(PLACEMENT_MEASURES)
+                       + r")\Z")
+
+
+def _tag_policy(tag: str) -> tuple:
+    """(policy, budget) from a row tag of a suite without ``placement_rows``: the tag
+    spells ``:`` and ``/`` as ``-``, so ``block-4`` reads as ``block:4``."""
+    m = re.fullmatch(r"(?P<p>.+?)(?:-m(?P<m>\d+))?", tag)
+    pol, budget = m.group("p"), (int(m.group("m")) if m.group("m") else None)
+    pol = re.sub(r"\A(block|uniform|geometric)-(\d+)\Z", r"\1:\2", pol)
+    return ("dp/entry" if pol == "dp-entry" else pol), budget
+
+
+def placement_rows(res) -> list:
+    """The frontier's rows in table order.  A suite written before ``placement_rows``
+    dropped each row's zero values (pyperf refuses 0) and has no positions: a
+    measure missing beside the row's others was 0, its size is None."""
+    md = res.first()
+    try:
+        listed = json.loads(md["placement_rows"]) if "placement_rows" in md else None
+    except (TypeError, ValueError):
+        raise SchemaError(f"{res.path}: the placement rows in the metadata are not JSON; "
+                          f"rerun `prefixbench placement frontier -o`") from None
+    if listed is None:
+        tags = []
+        for r in res.readings:
+            m = _ROW_NAME.match(r.name)
+            if m and m.group("tag") not in tags:
+                tags.append(m.group("tag"))
+        listed = [[*_tag_policy(t), t] for t in tags]
+    out = []
+    for policy, budget, tag in listed:
+        def v(what):
+            r = res.get(f"placement-{tag}-{what}")
+            return r.median if r is not None else 0.0
+        size = res.get(f"placement-{tag}-positions")
+        out.append(PlacementRow(policy, budget, v("ckpt-per-entry"), v("ckpt-bytes"),
+                                v("recompute-blocks"), v("recompute-tokens"),
+                                v("kept-ppm") / 1e6,
+                                int(size.median) if size is not None else
+                                (0 if "placement_rows" in md else None)))
+    return out
+
+
+def _row_kind(row) -> str:
+    return row.policy.split(":")[0].split("/")[0]
+
+
+#: heuristics placing the same positions on every entry / placing per entry
+FIXED_POLICIES = ("block", "uniform", "geometric")
+PER_ENTRY_POLICIES = ("end", "boundary")
+
+
+def placement_comparison(rows, budgets) -> list:
+    """Per budget: ``(M, dp, dp/entry, best fixed heuristic, best per-entry heuristic)``,
+    each heuristic the lowest R among those within budget M: a fixed policy with at
+    most M positions up to the deepest evaluated hit (offline that is dp's feasible
+    set, so offline dp is never worse), a per-entry policy keeping at most M on every
+    entry.  Rows need their sizes."""
+    out = []
+    for m in budgets:
+        dp = [r for r in rows if r.policy == "dp" and r.budget == m]
+        if not dp:
+            continue
+        dpe = next((r for r in rows if r.policy == "dp/entry" and r.budget == m), None)
+
+        def best(kinds):
+            rivals = [r for r in rows if _row_kind(r) in kinds and r.size <= m]
+            return min(rivals, key=lambda r: (r.recompute, r.ckpt_per_entry), default=None)
+        out.append((m, dp[0], dpe, best(FIXED_POLICIES), best(PER_ENTRY_POLICIES)))
+    return out
+
+
+def placement_equal_r(rows) -> list:
+    """For each block:B row: the fewest dp checkpoints (over the budgets run) with R
+    no higher than block's."""
+    dps = sorted((r for r in rows if r.policy == "dp"), key=lambda r: r.budget)
+    return [(r, next((d for d in dps if d.recompute <= r.recompute + 1e-12), None))
+            for r in rows if r.policy.startswith("block:")]
+
+
+def format_placement_frontier(res) -> str:
+    """``placement frontier``: every policy at every budget, dp against the best
+    heuristic within each budget, and dp at block:B's recompute.  What an older
+    suite did not record shows ``?`` (its comparison, which needs sizes, is left out)."""
+    md, g = res.first(), res.get
+    model = str(md.get("model", "?"))
+    positions = model == "positions"
+
+    def val(name):
+        r = g(name)
+        return r.median if r is not None else None
+
+    def num(name, fmt):
+        v = val(name)
+        return "?" if v is None else fmt(v)
+    bs, sb, nr = val("placement-block-size"), val("placement-state-bytes"), \
+        val("placement-no-reuse-blocks")
+    dense = val("placement-dense-ckpt")
+    by_bytes = (lambda v: f"{v:.2f}") if positions else fmt_bytes
+    lines = [f"placement frontier: {res.workload()} ({num('placement-requests', _int)} "
+             f"requests, {num('placement-entries', _int)} entries, mean "
+             f"{num('placement-entry-blocks-mean', lambda v: f'{v:.1f}')} blocks; block size "
+             f"{num('placement-block-size', lambda v: f'{v:.0f}')}), split "
+             f"{md.get('split', '?')}: fit on {num('placement-hits-fit', _int)} hits, "
+             f"evaluated on {num('placement-hits-eval', _int)}",
+             f"model {model}: "
+             f"{'1' if positions else num('placement-state-bytes', fmt_bytes)} per "
+             f"checkpoint, dense KV {num('placement-kv-bytes-per-token', fmt_bytes)}/token; "
+             f"no-reuse bound {'?' if nr is None else f'{nr:.2f}'} blocks "
+             f"({'?' if nr is None or bs is None else f'{nr * bs:,.0f}'} tokens), dense bound "
+             f"0 (a state at every position: {'?' if dense is None else f'{dense:.1f}'} "
+             f"per entry)"]
+    rows = placement_rows(res)
+    unit = "ckpt units/entry" if positions else "ckpt bytes/entry"
+    table = [("no-reuse", "-", "0", "0", "?" if nr is None else f"{nr:.3f}",
+              "?" if nr is None or bs is None else f"{nr * bs:,.1f}", "0.0%"),
+             ("dense", "-", "?" if dense is None else f"{dense:.2f}",
+              "?" if dense is None or sb is None else by_bytes(dense * sb), "0.000", "0.0",
+              "100.0%")]
+    for r in rows:
+        table.append((r.policy, "-" if r.budget is None else r.budget,
+                      f"{r.ckpt_per_entry:.2f}", by_bytes(r.ckpt_bytes), f"{r.recompute:.3f}",
+                      f"{r.recompute_tokens:,.1f}", f"{100 * r.kept:.1f}%"))
+    lines.append(format_table(("policy", "budget", "ckpt/entry", unit, "recompute (blocks)",
+                               "recompute (tokens)", "dense hit kept"), table))
+    try:
+        budgets = json.loads(md.get("config", "{}")).get("budgets")
+    except (TypeError, ValueError, AttributeError):
+        budgets = None
+    if not isinstance(budgets, list):
+        budgets = list(dict.fromkeys(r.budget for r in rows if r.policy == "dp"))
+    cmp_rows = []
+    if all(r.size is not None for r in rows):
+        for m, dp, dpe, fx, pe in placement_comparison(rows, budgets):
+            verdict = "-" if fx is None else ("dp <= it" if dp.recompute <= fx.recompute + 1e-9
+                                             else "dp worse")
+            cmp_rows.append((m, f"{dp.recompute:.3f}", f"{dp.ckpt_per_entry:.2f}",
+                             f"{fx.policy} [{fx.size}] ({fx.ckpt_per_entry:.2f})" if fx
+                             else "-", f"{fx.recompute:.3f}" if fx else "-", verdict,
+                             f"{pe.policy} ({pe.ckpt_per_entry:.2f})" if pe else "-",
+                             f"{pe.recompute:.3f}" if pe else "-",
+                             f"{dpe.recompute:.3f}" if dpe else "-"))
+    if cmp_rows:
+        lines += ["", "dp against the best heuristic within budget M (fixed positions - block, "
+                  "uniform, geometric - with at most M positions up to the deepest hit; per "
+                  "entry, as they are - end, boundary - at most M on every entry):",
+                  format_table(("M", "dp R", "dp ckpt", "best fixed [positions] (ckpt)",
+                                "its R", "", "best per-entry (ckpt)", "its R", "dp/entry R"),
+                               cmp_rows)]
+    eq = placement_equal_r(rows)
+    if eq:
+        er = [(b.policy, f"{b.ckpt_per_entry:.2f}", f"{b.recompute:.3f}",
+               f"{m.ckpt_per_entry:.2f} (M={m.budget})" if m else "not within the budgets run",
+               f"{b.ckpt_per_entry / m.ckpt_per_entry:.1f}x" if m and m.ckpt_per_entry else "-")
+              for b, m in eq]
+        lines += ["", "at equal R: the fewest dp checkpoints per entry reaching block:B's R:",
+                  format_table(("block", "ckpt/entry", "R", "dp ckpt/entry", "block / dp"), er)]
+    return "\n".join(lines)
+
+
+def _json_md(res, key: str, command: str):
+    try:
+        return json.loads(res.first()[key])
+    except (KeyError, TypeError, ValueError):
+        raise SchemaError(f"{res.path}: the metadata {key} is missing or not JSON; rerun "
+                          f"`prefixbench {command} -o`") from None
+
+
+def format_placement_solve(res) -> str:
+    """``placement solve``: the exact placement and its bounds."""
+    pos = _json_md(res, "placement_positions", "placement solve")
+    g = res.get
+
+    def v(name, fmt):
+        r = g(f"placement-solve-{name}")
+        return "?" if r is None else format(r.median, fmt)
+    return (f"positions: {' '.join(map(str, pos)) or '(none)'}\n"
+            f"expected recompute: {v('expected-recompute', '.6g')} positions (N = "
+            f"{v('n', '.0f')}, budget {v('budget', '.0f')}, {v('positions', '.0f')} used)\n"
+            f"no-reuse bound: {v('no-reuse', '.6g')}; dense bound: {v('dense', 'g')}")
+
+
+def format_placement_bench(res) -> str:
+    """``placement bench``: solver time per (N, M) and the ratio to the previous N."""
+    points = _json_md(res, "placement_points", "placement bench")
+    body, prev, last_m = [], None, None
+    for n, m in points:
+        if m != last_m:
+            prev, last_m = None, m
+        cpu = res.get(f"placement-bench-n{n}-m{m}-cpu")
+        wall = res.get(f"placement-bench-n{n}-m{m}-wall")
+        c = cpu.median if cpu is not None else None
+        ratio = c / prev if c is not None and prev else None
+        body.append((n, m, cell(cpu, fmt_seconds), cell(wall, fmt_seconds),
+                     f"{ratio:.2f}" if ratio else "-"))
+        prev = c
+    return (f"placement solver ({res.first().get('prefixbench_impl', '?')}), seeded random "
+            f"weights, best of the rounds (each round times every N once)\n"
+            + format_table(("N", "M", "CPU time", "wall time", "ratio to N/2 (CPU)"), body))
+
+
 def _csv_value(res, column: str):
     from prefixbench import schema
     for f in schema.FIGURES:
@@ -453,7 +676,10 @@ def csv_row(res, date: str | None = None) -> dict:
 FORMATTERS = {"run": format_run, "scale": format_scale, "recover": format_recover,
               "crashtest": format_crashtest, "describe": format_describe,
               "payload": format_payload, "hash-bench": format_hash_bench,
-              "engine-bench": format_engine_bench, "plugins": format_plugins}
+              "engine-bench": format_engine_bench, "plugins": format_plugins,
+              "placement": format_placement_frontier,
+              "placement-solve": format_placement_solve,
+              "placement-bench": format_placement_bench}
 
 
 def render(res) -> str:
