@@ -372,6 +372,24 @@ def _placement():
     return out
 
 
+def _arrival():
+    """Open-loop arrival (``arrival``, ``sweep arrival``, ``run --arrival trace``)."""
+    out = [Figure(f"match-latency-{n}", "seconds", "latency", m, "lower") for n, m in (
+        ("queued-p50", "median match completion minus the request's due time (queueing "
+         "included), open loop"),
+        ("queued-p99", "99th percentile of that queued match latency"),
+        ("queued-p999", "99.9th percentile of that queued match latency"),
+        ("service-p50", "median of the match call alone, open loop"))]
+    out += [Figure("offered-load", "per-second", "throughput", "requests per second the "
+                   "scaled trace offers", metadata=(("offered_rps", 1.0),)),
+            Figure("achieved-load", "per-second", "throughput", "requests per second served "
+                   "until the last one finished", "higher",
+                   metadata=(("achieved_rps", 1.0),)),
+            Figure("late-starts", "count", "throughput", "requests an issuer reached after "
+                   "their due time", "lower")]
+    return out
+
+
 #: every figure, exact names first, patterns last
 FIGURES: tuple = tuple([
     Figure("replay-time-per-request", "seconds", "throughput",
@@ -455,6 +473,7 @@ FIGURES: tuple = tuple([
     *_crashtest(),
     *_hashbench(),
     *_placement(),
+    *_arrival(),
     *_enginebench(),
     Figure("cap-recovery-ratio", "ratio", "conditions", "capped tree's recovery over sarp's "
            "under the cap rule (paper: 0.96-1.96)", metadata=(("cap_recovery_ratio", 1.0),)),

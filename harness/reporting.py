@@ -47,7 +47,8 @@ def add_commands(sub, commands: dict) -> None:
     p = sub.add_parser("show", help="print the table the command behind a result printed",
                        description="Print the table the command that wrote RESULT.json "
                        "printed (run, scale, recover, crashtest, workload describe, payload, "
-                       "sweep of any kind, hash-bench, engine-bench, plugins), from the file.")
+                       "sweep of any kind, hash-bench, engine-bench, plugins, placement "
+                       "solve/frontier/bench, demo's files), from the file.")
     p.add_argument("result", metavar="RESULT.json", help="a result file (either of a pair)")
     commands["show"] = cmd_show
     old = commands.get("compare")

@@ -11,7 +11,7 @@ names: ``sweep-<kind>`` from ``sweep``, ``recover`` (``recovery-*``),
 ``payload`` (workload ``payload-restore``), ``placement`` (``placement-*``),
 ``scale`` (``threads-N-*`` without a setting), ``crashtest``, ``describe``,
 ``hash-bench``, ``engine-bench``, ``plugins``, ``placement-solve`` and
-``placement-bench`` (metadata ``command``),
+``placement-bench`` and ``arrival`` (metadata ``command``),
 otherwise ``run``.
 """
 from __future__ import annotations
@@ -124,7 +124,7 @@ class Result:
 
 #: commands named by the metadata ``command`` of the suites they write
 COMMANDS = ("crashtest", "describe", "hash-bench", "engine-bench", "plugins",
-            "placement-solve", "placement-bench")
+            "placement-solve", "placement-bench", "arrival")
 
 
 def _kind(md: dict, names: list, readings: list) -> str:

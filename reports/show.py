@@ -631,6 +631,55 @@ def format_placement_bench(res) -> str:
             + format_table(("N", "M", "CPU time", "wall time", "ratio to N/2 (CPU)"), body))
 
 
+def format_arrival(res) -> str:
+    """``arrival``, ``sweep arrival`` and ``run --arrival trace``: offered against
+    achieved load per speedup, then the saturation point by each row's ``served``
+    flag (the rule is the writer's; the module docstring of the harness states it)."""
+    md = res.first()
+    rows = []
+    for s in res.settings():
+        m = res.md(s)
+
+        def v(name, key=None):
+            r = res.get(name, s)
+            if r is not None:
+                return r.median
+            return float(m[key]) if key and isinstance(m.get(key), (int, float)) else 0.0
+        prompt = v("prompt-tokens")
+        rows.append({"speedup": float(m.get("speedup", 0.0)), "served": bool(m.get("served")),
+                     "offered": v("offered-load", "offered_rps"),
+                     "achieved": v("achieved-load", "achieved_rps"),
+                     "p50": v("match-latency-queued-p50"), "p99": v("match-latency-queued-p99"),
+                     "p999": v("match-latency-queued-p999"),
+                     "service": v("match-latency-service-p50"),
+                     "hit": v("hit-tokens") / prompt if prompt else 0.0})
+    head = (f"{'speedup':>8} {'offered req/s':>14} {'achieved req/s':>15} {'p50':>10} "
+            f"{'p99':>10} {'p99.9':>10} {'service p50':>12} {'hit rate':>9}")
+    lines = [f"open-loop arrival: {md.get('strategy', '?')} on {res.workload()} (match "
+             f"latency includes queueing)", head]
+    for r in rows:
+        lines.append(f"{r['speedup']:>8g} {r['offered']:>14,.1f} {r['achieved']:>15,.1f} "
+                     f"{r['p50'] * 1e6:>8.1f}us {r['p99'] * 1e6:>8.1f}us "
+                     f"{r['p999'] * 1e6:>8.1f}us {r['service'] * 1e6:>10.1f}us "
+                     f"{r['hit']:>9.2%}")
+    ordered = sorted(rows, key=lambda r: r["speedup"])
+    knee = next((r for r in ordered if not r["served"]), None)
+    if knee is None:
+        sat = ordered[-1] if ordered else None
+    else:
+        i = ordered.index(knee)
+        sat = ordered[i - 1] if i else None
+    lines.append("saturation: " + (f"served up to {sat['offered']:,.1f} req/s offered (speedup "
+                                   f"{sat['speedup']:g})" if sat else "not served even at the "
+                                   "first speedup") +
+                 (f"; saturation point at speedup {knee['speedup']:g} ({knee['offered']:,.1f} "
+                  f"req/s offered, {knee['achieved']:,.1f} achieved, p99 "
+                  f"{knee['p99'] * 1e6:,.1f}us)" if knee is not None else
+                  " (every speedup served: raise --speedup to find the saturation point)") +
+                 " [rule: achieved >= 95% of offered and p99 <= 10x the first speedup's]")
+    return "\n".join(lines)
+
+
 def _csv_value(res, column: str):
     from prefixbench import schema
     for f in schema.FIGURES:
@@ -679,7 +728,7 @@ FORMATTERS = {"run": format_run, "scale": format_scale, "recover": format_recove
               "engine-bench": format_engine_bench, "plugins": format_plugins,
               "placement": format_placement_frontier,
               "placement-solve": format_placement_solve,
-              "placement-bench": format_placement_bench}
+              "placement-bench": format_placement_bench, "arrival": format_arrival}
 
 
 def render(res) -> str:

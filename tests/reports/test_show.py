@@ -333,3 +333,44 @@ def test_an_output_that_cannot_be_written_is_one_line(tmp_path, capsys):
         out = capsys.readouterr()
         one_line_error(code, out.err, what, "does not exist")
         assert out.out == ""
+
+
+def test_demo_prints_each_run_as_show_prints_its_file(tmp_path, capsys):
+    """demo's two tables are run's table of the files it wrote, then the comparison."""
+    d = tmp_path / "demo"
+    assert main(["-q", "demo", "-W", "sessions=3", "-e", "memory", "--out-dir", str(d)]) == 0
+    printed = capsys.readouterr().out
+    shown = []
+    for strategy in ("dram-blockhash", "ssd-blockhash"):
+        assert main(["show", str(d / f"{strategy}.json")]) == 0
+        shown.append(capsys.readouterr().out)
+    assert "ssd-blockhash / memory / lmcache-agent" in shown[1]
+    assert printed.startswith(shown[0] + shown[1] + "\n$ python -m pyperf compare_to ")
+
+
+def _token_log(path, n=40):
+    rows = [{"session_id": f"s{i % 4}", "prompt_token_ids": [7] * 64 + [i] * 32,
+             "output_token_ids": [i + 1] * 16, "timestamp": 0.5 * i} for i in range(n)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+def test_sweep_arrival(tmp_path, capsys):
+    p = _token_log(tmp_path / "t.jsonl")
+    out = tmp_path / "arr.json"
+    shown = _exact(capsys, ["-q", "sweep", "arrival", "-s", "radix", "-w", "token-jsonl",
+                            "-W", f"path={p}", "--speedup", "100,1000", "-o", str(out)], out)
+    lines = shown.splitlines()
+    assert lines[0] == "open-loop arrival: radix on token-jsonl (match latency includes queueing)"
+    assert [ln.split()[:2] for ln in lines[2:4]] == [["100", "200.0"], ["1000", "2,000.0"]]
+    assert lines[-1].startswith("saturation: ")
+
+
+def test_run_arrival_trace(tmp_path, capsys):
+    p = _token_log(tmp_path / "t.jsonl")
+    out = tmp_path / "arr.json"
+    shown = _exact(capsys, ["-q", "run", "-s", "dram-blockhash", "-w", "token-jsonl", "-W",
+                            f"path={p}", "--arrival", "trace", "--speedup", "200",
+                            "--threads", "2", "-o", str(out)], out)
+    assert shown.splitlines()[2].split()[:2] == ["200", "400.0"]
+    assert "saturation: served up to 400.0 req/s offered (speedup 200)" in shown
