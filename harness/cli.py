@@ -393,6 +393,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help='{"weights": [w_0, ..., w_N]}: weight of each overlap depth')
     d.add_argument("--budget", type=int, required=True, metavar="M", help="checkpoints at most")
     d.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    d.add_argument("-o", "--output", metavar="OUT.json", help="also write the placement as "
+                   "a pyperf suite (placement-solve-*; 'prefixbench show' prints it)")
     d = psub.add_parser("frontier", help="every policy at every budget on a workload's hits")
     _add_workload_options(d)
     d.add_argument("--budgets", default="1,2,4,8,16,32,64", help="checkpoints per entry "
@@ -408,6 +410,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "pooled weights (a depths file for 'solve') and each hit entry's histogram")
     d = psub.add_parser("bench", help="solver time over N in 12.5k..100k, M in 8, 64")
     d.add_argument("--repeats", type=int, default=5, help="best of (default: %(default)s)")
+    d.add_argument("-o", "--output", metavar="OUT.json", help="also write the times as a "
+                   "pyperf suite (placement-bench-*; 'prefixbench show' prints it)")
     from prefixbench.harness import servers
     servers.add_parser(sub, COMMANDS)
     from prefixbench.harness import reporting      # report, plot; compare --html/--fail-above
@@ -628,9 +632,10 @@ def cmd_compare(args, leftover, argv, quiet):
 
 
 def cmd_demo(args, leftover, argv, quiet):
+    from prefixbench.harness import pyperf_io
     from prefixbench.harness.bench import RunSpec, run
     from prefixbench.harness.build import parse_kv
-    from prefixbench.reports.tables import format_replay
+    from prefixbench.harness.reporting import table_of
 
     os.makedirs(args.out_dir, exist_ok=True)
     opts = parse_kv("--workload-option", args.workload_option or ["sessions=10"])
@@ -640,7 +645,9 @@ def cmd_demo(args, leftover, argv, quiet):
                        workload_options=opts)
         out = os.path.join(args.out_dir, f"{strategy}.json")
         res = run(spec, output=out, quiet=quiet, our_argv=[], pyperf_argv=[], use_runner=False)
-        print(format_replay(spec, res))
+        # run's table from the suites just written: `prefixbench show OUT` prints it too
+        print(table_of(out, *pyperf_io.replay_suites(res, pyperf_io.run_metadata(
+            spec.strategy, spec.engine, spec.workload, spec.config()))))
         outs.append(out)
     print(f"\n$ python -m pyperf compare_to {' '.join(outs)} --table")
     proc = subprocess.run([sys.executable, "-m", "pyperf", "compare_to", *outs, "--table"],
