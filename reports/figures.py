@@ -922,6 +922,116 @@ def capacity(results, paper, opts):
                       "remove mean us", "index entries"), rows, rs, [], notes)
 
 
+# ---------------------------------------------------------------- open-loop arrival
+_QUEUED = (("match-latency-queued-p50", "p50"), ("match-latency-queued-p99", "p99"),
+           ("match-latency-queued-p999", "p99.9"))
+
+
+def _arrival_rows(r) -> list:
+    """``(speedup, setting)`` of one arrival result, ascending speedup."""
+    out = []
+    for s in r.settings(1):
+        try:
+            x = float(r.md(s).get("speedup"))
+        except (TypeError, ValueError):
+            continue
+        if r.get("offered-load", s, 1) is not None:
+            out.append((x, s))
+    return sorted(out, key=lambda p: p[0])
+
+
+def arrival(results, paper, opts):
+    """Match latency including queueing against offered load, the saturation point marked.
+
+    The saturation point is the one ``arrival`` recorded (metadata
+    ``saturation_speedup``): the first speedup, ascending, whose achieved load
+    fell below 95% of the offered load or whose p99 rose past 10x the first
+    speedup's; 0 there means every speedup was served."""
+    rs = [r for r in results if r.first().get("command") == "arrival" and _arrival_rows(r)]
+    if not rs:
+        return None
+    labels = [f"{r.strategy(_arrival_rows(r)[0][1])} on {w}"
+              for r, w in zip(rs, _workload_labels(rs))]
+    panels, rows, notes = [], [], []
+    loads, achieved = [], []
+    for r, lab in zip(rs, labels):
+        pts = _arrival_rows(r)
+        offered = [r.get("offered-load", s, 1).median for _, s in pts]
+        series = [Series(name, [scaled(point(r.get(n, s, 1)), US) for _, s in pts])
+                  for n, name in _QUEUED]
+        md = r.md(pts[0][1])
+        knee = float(md.get("saturation_speedup", 0) or 0)
+        vlines = []
+        at = {x: (s, o) for (x, s), o in zip(pts, offered)}
+        if knee and knee in at:
+            vlines.append((at[knee][1], f"saturation (speedup {knee:g})"))
+            first = knee == pts[0][0]
+            notes.append(f"{lab}: saturation point at speedup {knee:g}, "
+                         f"{at[knee][1]:,.1f} req/s offered" + (
+                             ": not served even at the first speedup" if first else
+                             f"; sustained {float(md.get('sustained_rps', 0) or 0):,.1f} "
+                             f"req/s offered (the speedup before it)"))
+        else:
+            notes.append(f"{lab}: every speedup served, up to {offered[-1]:,.1f} req/s offered: "
+                         f"no saturation point in the range (raise --speedup)")
+        panels.append(Panel("lines", f"queued match latency: {lab}", "us (log)", offered, series,
+                            xlabel="offered load, requests/s (log)", xlog=True, vlines=vlines,
+                            log=True))
+        loads += [o for o in offered if o not in loads]
+        achieved.append((lab, dict(zip(offered, (point(r.get("achieved-load", s, 1))
+                                                   for _, s in pts)))))
+        for (x, s), o in zip(pts, offered):
+            a = r.get("achieved-load", s, 1)
+            hit, prompt = r.get("hit-tokens", s, 1), r.get("prompt-tokens", s, 1)
+            m = r.md(s)
+            rows.append((lab, f"{x:g}", f"{o:,.1f}", cell(a, lambda v: f"{v:,.1f}"),
+                         f"{a.median / o:.1%}" if a is not None and o else "-",
+                         *[cell(r.get(n, s, 1), lambda v: _us(v * US)) for n, _ in _QUEUED],
+                         cell(r.get("match-latency-service-p50", s, 1), lambda v: _us(v * US)),
+                         cell(r.get("late-starts", s, 1), lambda v: f"{v:,.0f}"),
+                         f"{hit.median / prompt.median:.2%}" if hit and prompt and
+                         prompt.median else "-",
+                         {1: "yes", 0: "no"}.get(_int_or_none(m.get("served")), "-")))
+        notes.append(f"{lab}: {_arrival_conditions(r, pts)}")
+    loads.sort()
+    series = [Series(lab, [got.get(o) for o in loads]) for lab, got in achieved]
+    series.append(Series("offered (achieved = offered)", [(o, o, o) for o in loads],
+                         reference=True))
+    panels.append(Panel("lines", "achieved against offered load", "requests/s (log)", loads,
+                        series, xlabel="offered load, requests/s (log)", xlog=True, log=True))
+    notes.append("latency: match completion minus the request's due time (service plus "
+                 "queueing for a free issuing thread); served: achieved >= 95% of offered "
+                 "and p99 <= 10x the first speedup's")
+    return FigureOut("arrival", "Open-loop arrival: queued match latency against offered load",
+                     "(not in the paper: requests at their trace timestamps)", panels,
+                     ("run", "speedup", "offered req/s", "achieved req/s", "achieved/offered",
+                      "p50 us", "p99 us", "p99.9 us", "service p50 us", "late starts",
+                      "hit rate", "served"), rows, rs, [], notes)
+
+
+def _int_or_none(v):
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def _arrival_conditions(r, pts) -> str:
+    md = r.md(pts[0][1])
+    req = r.get("requests", pts[0][1], 1)
+    try:
+        wopts = (json.loads(md.get("config", "{}")) or {}).get("workload_options") or {}
+    except (TypeError, ValueError):
+        wopts = {}
+    wl = r.workload() + (f" ({', '.join(f'{k}={v}' for k, v in sorted(wopts.items()))})"
+                         if wopts else "")
+    return "; ".join([f"workload {wl}", f"strategy {r.strategy(pts[0][1])}",
+                      f"engine {md.get('engine', 'none')}",
+                      f"{md.get('issuing_threads', '?')} issuing threads",
+                      f"{req.median:,.0f} requests per speedup" if req else "requests ?",
+                      "speedups " + ", ".join(f"{x:g}" for x, _ in pts)])
+
+
 #: (id, builder, the command that produces its input)
 #: ``placement-<policy>[-m<budget>]-<measure>`` (``placement frontier -o``)
 _PLACEMENT = None
@@ -978,6 +1088,8 @@ FIGURES = (
     ("fig11", fig11, "prefixbench scale -s S -w W --threads 1,2,4"),
     ("range", range_restore, "prefixbench payload --objects ... -o OUT.json"),
     ("capacity", capacity, "prefixbench sweep capacity -w W --pool-blocks N,N,... [--evict P]"),
+    ("arrival", arrival, "prefixbench sweep arrival -s S -w W --speedup 1,2,4,... -o OUT.json "
+                         "(or arrival -o)"),
     ("serving", serving, "any run or sweep"),
     ("placement", placement, "prefixbench placement frontier -w W -o OUT.json"),
 )

@@ -116,7 +116,8 @@ def caption(results) -> list:
             ("scale", f"{md.get('scale', cfg.get('scale', '-'))}"
                       + (f", {md['paper_fraction']:.3g} of the paper size"
                          if "paper_fraction" in md else "")),
-            ("threads", _threads(cfg, r)),
+            ("threads", f"{md['issuing_threads']} issuing threads (open loop)"
+                        if "issuing_threads" in md else _threads(cfg, r)),
             ("implementation", md.get("prefixbench_impl", "?")),
             ("files", ", ".join(r.files)),
         ]))
