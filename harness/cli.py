@@ -114,6 +114,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--breakdown", action="store_true", help="split match and insert latency "
                    "into storage, routing, hashing, verify, lock and the rest (paper Fig. 7) "
                    "and print that table")
+    p.add_argument("--arrival", choices=("closed", "trace"), default="closed",
+                   help="closed: each request when the last finished (default); trace: open "
+                   "loop, requests start at their trace timestamps / --speedup from --threads "
+                   "issuing threads (offered vs achieved req/s, match latency with queueing)")
+    p.add_argument("--speedup", metavar="X", help="--arrival trace: time compression factor "
+                   "(default: 1)")
     _add_pool_options(p)
     p.add_argument("--quiet", "-q", action="store_true", dest="quiet_sub", help="no progress bars")
 
@@ -192,8 +198,12 @@ def build_parser() -> argparse.ArgumentParser:
                        "-o OUT.json writes pyperf suites with benchmarks named SETTING-FIGURE "
                        "(retrieval-1-match-latency-mean, sarp-insert-latency-mean, ...) and "
                        "OUT.counts.json; compare two sweeps with 'python -m pyperf compare_to'.")
-    p.add_argument("kind", metavar="KIND", help="retrieval, ablation, strategies, space or "
-                   "capacity")
+    p.add_argument("kind", metavar="KIND", help="retrieval, ablation, strategies, space, "
+                   "capacity or arrival (open loop at each --speedup: offered vs achieved "
+                   "req/s, p50/p99/p99.9 with queueing, the saturation point)")
+    p.add_argument("--strategy", "-s", help="arrival: the index strategy")
+    p.add_argument("--speedup", default="1,2,4,8", metavar="X[,X...]",
+                   help="arrival: time compression factors (default: %(default)s)")
     _add_workload_options(p)
     g = p.add_argument_group("engine")
     g.add_argument("--engine", "-e",
@@ -274,7 +284,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="workload to replicate (default: %(default)s)")
     p.add_argument("--workload-option", "-W", action="append", default=[], metavar="KEY=VALUE",
                    help="workload option (repeatable; namespace is set per copy)")
-    p.add_argument("--engine", "-e", help="engine for strategies that store their index")
+    p.add_argument("--engine", "-e", help="engine for strategies that store their index "
+                   "(redis-blockhash: redis by default). redis and redis-cluster: recover "
+                   "starts a private server in the work dir and each recovery restarts it "
+                   "(its RDB/AOF reload is timed as recovery-server-reload, part of load)")
     p.add_argument("--engine-option", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--cache-bytes", default="64MiB", help="engine cache budget (default: %(default)s)")
     p.add_argument("--durability", choices=("sync", "async", "off"), default="async")
@@ -481,10 +494,18 @@ def cmd_run(args, leftover, argv, quiet):
         cache_bytes=parse_size("--cache-bytes", args.cache_bytes), direct_io=args.direct_io,
         durability=args.durability, store_dir=args.store_dir, limit=args.limit,
         warm_fraction=args.warm_fraction, breakdown=args.breakdown)
+    if args.arrival == "closed" and args.speedup is not None:
+        raise ConfigError("option --speedup: only with --arrival trace (closed loop has no clock)")
     from prefixbench.harness import preflight
     preflight.check_replay("run", [spec.strategy], spec.engine, spec.workload,
                            spec.workload_options, cache_bytes=spec.cache_bytes,
                            limit=spec.limit, work_dir=spec.store_dir, force=args.force)
+    if args.arrival == "trace":
+        from prefixbench.harness import arrival
+        if leftover or _pool_config(args) is not None:
+            raise ConfigError("option --arrival trace: an open-loop run takes no pools and no "
+                              "pyperf options")
+        return arrival.run_trace(spec, args.speedup or "1", args.threads, args.output, quiet)
     pool = _pool_config(args)
     if pool is not None:
         if leftover:
@@ -662,6 +683,9 @@ def cmd_sweep(args, leftover, argv, quiet):
 
     if args.kind == "capacity":
         return _sweep_capacity(args, quiet)
+    if args.kind == "arrival":
+        from prefixbench.harness.arrival import cmd_arrival
+        return cmd_arrival(args, leftover, argv, quiet)
     for option, given in (("--pool-blocks", args.pool_blocks), ("--evict", args.evict),
                           ("--workers", args.workers), ("--route", args.route)):
         if given is not None:
@@ -738,6 +762,8 @@ def cmd_recover(args, leftover, argv, quiet):
         raise ConfigError(f"option --repeat: {args.repeat} must be between 1 and 100")
     from prefixbench.registry import get_registry
     cls = get_registry().get("strategy", spec.strategy).factory
+    if cls.needs_store and not spec.engine:
+        spec.engine = getattr(cls, "default_engine", None)
     if cls.needs_store and not spec.engine:
         raise ConfigError(f"option --engine: strategy {spec.strategy} stores its index in an engine")
     if not cls.needs_store:
