@@ -196,27 +196,6 @@ def saturation(rows: list[ArrivalResult]) -> ArrivalResult | None:
     return ordered[i - 1] if i else None
 
 
-def format_table(strategy: str, workload: str, rows: list[ArrivalResult]) -> str:
-    head = (f"{'speedup':>8} {'offered req/s':>14} {'achieved req/s':>15} {'p50':>10} "
-            f"{'p99':>10} {'p99.9':>10} {'service p50':>12} {'hit rate':>9}")
-    lines = [f"open-loop arrival: {strategy} on {workload} (match latency includes queueing)",
-             head]
-    for r in rows:
-        lines.append(f"{r.speedup:>8g} {r.offered_rps:>14,.1f} {r.achieved_rps:>15,.1f} "
-                     f"{r.p50_s * 1e6:>8.1f}us {r.p99_s * 1e6:>8.1f}us {r.p999_s * 1e6:>8.1f}us "
-                     f"{r.service_p50_s * 1e6:>10.1f}us {r.hit_rate:>9.2%}")
-    sat, knee = saturation(rows), saturation_point(rows)
-    lines.append("saturation: " + (f"served up to {sat.offered_rps:,.1f} req/s offered (speedup "
-                                   f"{sat.speedup:g})" if sat else "not served even at the "
-                                   "first speedup") +
-                 (f"; saturation point at speedup {knee.speedup:g} ({knee.offered_rps:,.1f} "
-                  f"req/s offered, {knee.achieved_rps:,.1f} achieved, p99 "
-                  f"{knee.p99_s * 1e6:,.1f}us)" if knee is not None else
-                  " (every speedup served: raise --speedup to find the saturation point)") +
-                 " [rule: achieved >= 95% of offered and p99 <= 10x the first speedup's]")
-    return "\n".join(lines)
-
-
 def parse_speedups(text, option: str = "--speedup") -> list[float]:
     """``1,2,4`` as floats; one line for a value that is not a finite number > 0."""
     out = []
@@ -356,17 +335,24 @@ def cmd_arrival(args, leftover, argv, quiet):
                             workload_options=wopts, strategy_options=sopts,
                             engine_options=eopts, cache_bytes=cache, speedups=speedups,
                             threads=threads, limit=args.limit, quiet=quiet)
-    print(format_table(strategy, args.workload, rows))
     if getattr(args, "json", None):
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump([asdict(r) | {"hit_rate": r.hit_rate} for r in rows], f, indent=1)
-    if getattr(args, "output", None):
-        md = run_metadata(strategy, args.engine, args.workload,
-                          {"workload_options": wopts, "strategy_options": sopts,
-                           "speedups": ",".join(_label(x) for x in speedups)})
-        written = write_suites(args.output, *suites(rows, md, threads=threads))
-        print("wrote {} and {}".format(*written))
+    md = run_metadata(strategy, args.engine, args.workload,
+                      {"workload_options": wopts, "strategy_options": sopts,
+                       "speedups": ",".join(_label(x) for x in speedups)})
+    _print_and_write(getattr(args, "output", None), suites(rows, md, threads=threads))
     return 0
+
+
+def _print_and_write(output: str | None, benches: tuple[list, list]) -> None:
+    """Write the suites (when asked), then print their table through the renderer
+    ``show`` uses, so the two cannot differ."""
+    from prefixbench.harness.reporting import table_of
+    written = write_suites(output, *benches) if output else None
+    print(table_of(output, *benches))
+    if written:
+        print("wrote {} and {}".format(*written))
 
 
 def run_trace(spec, speedup_text: str, threads: int, output: str | None, quiet: bool) -> int:
@@ -382,9 +368,6 @@ def run_trace(spec, speedup_text: str, threads: int, output: str | None, quiet: 
                            strategy_options=spec.strategy_options,
                            engine_options=spec.engine_options, cache_bytes=spec.cache_bytes,
                            speedups=speedups, threads=threads, limit=spec.limit, quiet=quiet)
-    print(format_table(spec.strategy, spec.workload, rows))
-    if output:
-        md = run_metadata(spec.strategy, spec.engine, spec.workload, spec.config())
-        written = write_suites(output, *suites(rows, md, prefixed=False, threads=threads))
-        print("wrote {} and {}".format(*written))
+    md = run_metadata(spec.strategy, spec.engine, spec.workload, spec.config())
+    _print_and_write(output, suites(rows, md, prefixed=False, threads=threads))
     return 0
