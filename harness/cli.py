@@ -460,13 +460,20 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     quiet = args.quiet or getattr(args, "quiet_sub", False)
     try:
-        return COMMANDS[args.command](args, leftover=leftover, argv=argv, quiet=quiet) or 0
+        code = COMMANDS[args.command](args, leftover=leftover, argv=argv, quiet=quiet) or 0
+        sys.stdout.flush()          # inside the try: a closed pipe is caught below
+        return code
     except PrefixbenchError as e:
         print(f"prefixbench: error: {e}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
         print("prefixbench: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # the reader went away (``prefixbench show X | head``): not an error of ours, and
+        # the interpreter's final flush must not raise again on the closed pipe
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 # ---------------------------------------------------------------- commands

@@ -1,5 +1,6 @@
 """The CLI end to end: runs, pyperf output, and every bad-input path."""
 import json
+import os
 import subprocess
 import sys
 
@@ -240,3 +241,18 @@ def test_sweep_and_recover_help_name_the_new_options(run_cli):
     with contextlib.redirect_stdout(buf), pytest.raises(SystemExit):
         run_cli("recover", "--help")
     assert "--force" in buf.getvalue()
+
+
+def test_a_closed_pipe_ends_quietly(tmp_path):
+    """``prefixbench plugins | head -1`` where the reader has already gone: the
+    output meets a closed pipe, and no traceback follows."""
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "prefixbench", "plugins"], cwd=tmp_path,
+                              stdout=w, stderr=subprocess.PIPE, timeout=60)
+    finally:
+        os.close(w)
+    err = proc.stderr.decode()
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err
+    assert proc.returncode == 141
