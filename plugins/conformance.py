@@ -17,7 +17,8 @@ behaviour:
 * :class:`OptionTests` - bad option values and names are one clear line;
 * :class:`RemovalTests` - ``remove``/``clear`` (strategies with
   ``supports_remove``; skipped otherwise): hypothesis-interleaved insert,
-  match, remove and clear on up to three workers against the oracle (every
+  match, remove and clear (and a strategy's ``reclaim()``, where it has one,
+  at random points) on up to three workers against the oracle (every
   matched block's metadata is its lowest holder's, its locations a subset of
   the oracle's, equal where ``exact``), removes acknowledged after a snapshot
   never served after a crash, several threads removing and inserting at once,
@@ -476,7 +477,8 @@ class RemovalTests:
         cls, workers = self._removing(new_strategy)
         hyp = _hypothesis()
         st = hyp.strategies
-        kinds = ("insert", "insert", "match", "remove", "remove", "remove-all", "clear")
+        kinds = ("insert", "insert", "match", "remove", "remove", "remove-all", "clear",
+                 "reclaim")
 
         @st.composite
         def traffic(draw):
@@ -522,6 +524,8 @@ class RemovalTests:
                         worker = None if r == 0 else w
                         s.clear(worker)
                         oracle.clear(worker)
+                    elif kind == "reclaim" and callable(getattr(s, "reclaim", None)):
+                        s.reclaim()         # space reclamation at a random point
                     got, want = s.match(ids), oracle.match(ids)
                     check_answer(got, want, ids, cls.exact, where)
                     check_locations(got, want, cls.exact, where)
@@ -632,6 +636,8 @@ class RemovalTests:
         drain = getattr(s, "drain", None)
         if drain is not None:
             drain()
+        if callable(getattr(s, "reclaim", None)):
+            s.reclaim()
         oracle = oracle_factory()
         for _seqs, ops in plans:
             for kind, q, metas, w in ops:

@@ -146,7 +146,11 @@ the space of removed blocks back:
   names them; *mostly-dead segments* - a removed tail of at least
   ``reclaim_fraction`` of their blocks - are rewritten without the tail.  A
   segment holds consecutive blocks, so only a tail can go: removed blocks
-  before its last available one stay, tombstoned.
+  before its last available one stay, tombstoned.  Copies made on divergence
+  share their first blocks, so cutting their tails would leave many equal
+  records: a cut record whose kept prefix another record keeps (the id at a
+  position names the whole prefix) goes whole instead, one record per prefix
+  staying.  ``reclaim_age`` delays a cut by that many passes.
 * *Routing entries whose candidates all died* are dropped with their last
   posting (:meth:`RoutingDirectory.discard`); an entry re-created later starts
   as a new one (its pruning and refinement state follow its parent's, as for
@@ -226,6 +230,7 @@ from prefixbench.plugins.strategy import (
     as_block_ids,
     as_metas,
 )
+from prefixbench.plugins import recovery as _recovery
 from prefixbench.plugins.removal import TombstoneOverlay
 
 __all__ = ["SarpStrategy", "RoutingDirectory", "RoutingDirectoryPy", "filters_py",
@@ -240,6 +245,15 @@ RECLAIM_KEY_SPACE = 5
 _RECLAIM_BASE = RECLAIM_KEY_SPACE << 56
 #: a background-queue job: one reclamation pass
 _RECLAIM_JOB = ("reclaim",)
+_blockhash = twins.load("prefixbench.plugins._blockhash")
+
+
+def _blockhash_table(ids: np.ndarray):
+    """A compiled set of ``ids`` (membership tests)."""
+    t = _blockhash.BlockHashTable(1, 0)
+    t.reserve(len(ids))
+    t.insert(np.ascontiguousarray(ids, dtype=np.uint64), np.zeros((len(ids), 1), np.uint8))
+    return t
 
 
 #: the hot paths: compiled, or their reference in pure-Python mode (``PREFIXBENCH_PURE=1``)
@@ -414,6 +428,9 @@ class SarpStrategy(TombstoneOverlay):
         "reclaim_fraction": Option(0.5, "share of a segment's blocks in a removed tail that "
                                    "gets the segment rewritten without it (a wholly removed "
                                    "segment is always deleted)", min=0.0, max=1.0),
+        "reclaim_age": Option(0, "passes a record must have been a candidate before "
+                              "it is cut (0 = at once): a tail revived before then is "
+                              "not written again", min=0, max=1 << 10),
         "preset": Option("auto", "routing and filter defaults: paper (R=4, N=8, b=8, "
                          "stride=2), large-blocks (R=2, N=4, b=16, stride=2, for blocks of "
                          f"{LARGE_BLOCK_TOKENS}+ tokens), auto = large-blocks when block_tokens "
@@ -492,6 +509,9 @@ class SarpStrategy(TombstoneOverlay):
         self._extended_watch: set | None = None
         self.reclaim_after = o["reclaim_after"]
         self.reclaim_fraction = float(o["reclaim_fraction"])
+        self.reclaim_age = o["reclaim_age"]
+        #: segment id -> passes it has been a candidate in, without being cut
+        self._aging: dict[int, int] = {}
         self._rc = dict.fromkeys(("passes", "segments_scanned", "segments_deleted",
                                   "segments_rewritten", "blocks_reclaimed", "postings_dropped",
                                   "entries_dropped", "tombstones_dropped", "bytes_reclaimed"), 0)
@@ -993,7 +1013,10 @@ class SarpStrategy(TombstoneOverlay):
         """Read the parent's segments and build the child postings (no lock held)."""
         key, off, which = job
         child = self._child_offset(off, which)
-        _f, segs = self.dir.postings(key)
+        try:
+            _f, segs = self.dir.postings(key)
+        except KeyError:                # a reclamation retired every segment under it
+            return child, [], [], []
         keys, flts, sids = [], [], []
         for lo in range(0, len(segs), 256):
             for seg in self.layer.read_many(segs[lo:lo + 256]):
@@ -1040,9 +1063,11 @@ class SarpStrategy(TombstoneOverlay):
 
     # ------------------------------------------------------------------ reclamation
     def _after_remove(self) -> None:
-        if not self.reclaim_after or self._closed:
-            return
+        if not self.reclaim_after or self._closed or _recovery.REPLAYING.on:
+            return                      # (a log replay ends where the pass can start)
         ov = self._overlay()
+        if len(ov.dead) < self._dead_after_pass:
+            self._dead_after_pass = len(ov.dead)        # a clear() emptied the table
         # a pass scans the whole store: start one when the tombstones added since the
         # last pass reach half of what that pass kept, so its cost is a few block
         # tests per block it can free
@@ -1057,10 +1082,11 @@ class SarpStrategy(TombstoneOverlay):
         self._reclaim_queued = True
         self._schedule_job(_RECLAIM_JOB)
 
-    def _cuts(self, lens, ids, alive_of):
+    def _cuts(self, lens, ids, alive_of, dedupe: bool = False):
         """For records of ``lens`` blocks whose ids are ``ids`` (concatenated):
-        ``(keep, held)`` - per record the blocks to keep (its length: no change;
-        0: delete), and the removed block ids the kept parts still hold.  One
+        ``(keep, held, dup)`` - per record the blocks to keep (its length: no
+        change; 0: delete), the removed block ids the kept parts still hold, and
+        with ``dedupe`` which records go whole as duplicates (else None).  One
         vectorised pass over all of them."""
         alive = alive_of(ids)
         starts = np.zeros(len(lens), np.int64)
@@ -1072,8 +1098,36 @@ class SarpStrategy(TombstoneOverlay):
         cut = (tail > 0) & ((live_len == 0) | (tail >= self.reclaim_fraction * lens))
         keep = np.where(cut, live_len, lens)
         inside = pos - np.repeat(starts, lens)
+        dup = None
+        if dedupe:
+            dup = self._duplicates(lens, ids, keep, starts, inside)
+            keep = np.where(dup, 0, keep)
         kept = inside < np.repeat(keep, lens)
-        return keep, ids[kept & ~alive]
+        return keep, ids[kept & ~alive], dup
+
+    @staticmethod
+    def _duplicates(lens, ids, keep, starts, inside):
+        """Records whose cut leaves a prefix another record keeps too (copies made
+        on divergence share their first blocks; cutting their tails leaves many
+        equal records): per record True when it can go whole.  The id at a
+        position names the whole prefix before it (chained ids), so a cut record
+        is a duplicate unless it is the top holder of its last kept id - the one
+        keeping the most blocks, ties to the first - and the top holder of any id
+        is never a duplicate of a record that keeps less."""
+        rec = np.repeat(np.arange(len(lens)), lens)
+        kept = inside < np.repeat(keep, lens)
+        kid, krec = ids[kept], rec[kept]
+        order = np.lexsort((krec, -keep[krec], kid))
+        sk, sr = kid[order], krec[order]
+        first = np.ones(len(sk), np.bool_)
+        first[1:] = sk[1:] != sk[:-1]
+        top_ids, top_rec = sk[first], sr[first]
+        cand = np.flatnonzero((keep > 0) & (keep < lens))
+        dup = np.zeros(len(lens), np.bool_)
+        if len(cand):
+            last = ids[starts[cand] + keep[cand] - 1]
+            dup[cand] = top_rec[np.searchsorted(top_ids, last)] != cand
+        return dup
 
     def reclaim(self) -> dict:
         """One reclamation pass in the calling thread (the background worker runs it
@@ -1093,17 +1147,30 @@ class SarpStrategy(TombstoneOverlay):
             held, cands = [], []
             ok = False
             stored = 0
+            aging, still = self._aging, {}
             try:
                 # phase 1, no lock: which records have a removed tail worth cutting
                 for sids, raws, lens, ids in self._scan_records():
-                    keep, h = self._cuts(lens, ids, ov.alive)
+                    keep, h, dup = self._cuts(lens, ids, ov.alive, dedupe=True)
                     held.append(h)
                     stored += int(keep.sum())
                     self._rc["segments_scanned"] += len(sids)
+                    young = []
                     for t in np.flatnonzero(keep < lens).tolist():
+                        age = aging.get(sids[t], 0)
+                        if age < self.reclaim_age:
+                            still[sids[t]] = age + 1        # cut on a later pass
+                            young.append(t)
+                            continue
                         g = self.layer.decode(sids[t], raws[t])
                         if g is not None:
-                            cands.append(g)
+                            cands.append((g, bool(dup[t])))
+                    if young:                   # kept whole this time: they hold theirs
+                        stored += int((lens[young] - keep[young]).sum())
+                        sel = np.zeros(len(lens), np.bool_)
+                        sel[young] = True
+                        yid = ids[np.repeat(sel, lens)]
+                        held.append(yid[~ov.alive(yid)])
                 # phase 2: publish the rewrites in batches, each checked again under the
                 # locks against what inserts and removes did meanwhile
                 for lo in range(0, len(cands), 256):
@@ -1121,6 +1188,7 @@ class SarpStrategy(TombstoneOverlay):
                     self._dead_after_pass = len(ov.dead)
                     self._extended_watch = None
                     self._stored_after_pass = stored
+                    self._aging = still
             self._rc["passes"] += 1
             self._rc_seconds += time.perf_counter() - t0
             return {k: self._rc[k] - before[k] for k in self._rc}
@@ -1148,11 +1216,14 @@ class SarpStrategy(TombstoneOverlay):
             sids, raws, lens = [sids[t] for t in sel], [raws[t] for t in sel], lens[ok]
         return sids, raws, lens, ids
 
-    def _retire(self, segs, ov) -> list:
-        """Rewrite or delete the segments ``segs`` (as the scan read them) whose removed
-        tail (still) warrants it, under the overlay and insert locks; returns the
-        removed ids the records it keeps still hold.  Records an insert extended
-        since the scan are read again; availability is tested afresh for all.
+    def _retire(self, cands, ov) -> list:
+        """Rewrite or delete the segments of ``cands`` (``(segment as the scan read it,
+        duplicate)``) whose removed tail (still) warrants it, under the overlay and
+        insert locks; returns the removed ids the records it keeps still hold.
+        Records an insert extended since the scan are read again; availability is
+        tested afresh for all.  A duplicate goes whole only while its record and
+        its blocks are as the scan saw them (no insert touched them since), so
+        the record that keeps its prefix still does.
 
         Order (crash-safe at every step, and invisible to matches until they can no
         longer reach what goes): write the shortened copies under new ids with a
@@ -1162,17 +1233,26 @@ class SarpStrategy(TombstoneOverlay):
         """
         held = []
         with ov.lock, self._insert_lock:
-            grown = [g.seg_id for g in segs if g.seg_id in self._extended_watch]
+            grown = [g.seg_id for g, _d in cands if g.seg_id in self._extended_watch]
             if grown:
                 fresh = {i: self.layer.decode(i, r)
                          for i, r in zip(grown, self.store.get_many(grown))}
-                segs = [fresh.get(g.seg_id, g) for g in segs]
-                segs = [g for g in segs if g is not None and g.n]
-            if not segs:
+                cands = [(fresh[g.seg_id], False) if g.seg_id in fresh else (g, d)
+                         for g, d in cands]
+                cands = [(g, d) for g, d in cands if g is not None and g.n]
+            if not cands:
                 return held
+            segs = [g for g, _d in cands]
             lens = np.fromiter((g.n for g in segs), np.int64, len(segs))
-            keep, h = self._cuts(lens, np.concatenate([g.ids for g in segs]), ov.alive)
+            ids = np.concatenate([g.ids for g in segs])
+            keep, h, _d = self._cuts(lens, ids, ov.alive)
             held.append(h)
+            dup = np.fromiter((d for _g, d in cands), np.bool_, len(cands))
+            if dup.any() and ov.watch:
+                touched = _blockhash_table(np.concatenate(ov.watch))
+                hit = touched.lookup(ids)[0]
+                dup &= ~np.logical_or.reduceat(hit, np.cumsum(lens) - lens)
+            keep = np.where(dup, 0, keep)
             news = []
             cut = keep < lens
             if not cut.any():

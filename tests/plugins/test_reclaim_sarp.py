@@ -24,7 +24,7 @@ from prefixbench.plugins.sarp import SarpStrategy
 MS = 16
 #: small windows so short sequences cross several; max_retrieval 0 makes sarp exact
 EXACT = {"S": 8, "R": 2, "tau": 4, "pruning_threshold": 1, "max_retrieval": 0,
-         "reclaim_after": 0}
+         "reclaim_after": 0, "reclaim_age": 0}
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
 
 
@@ -131,8 +131,9 @@ def traffic(draw):
 @pytest.mark.parametrize("opts", [{"backfill": "sync"}, {"backfill": "background"},
                                   {"backfill": "sync", "reclaim_fraction": 0.0},
                                   {"backfill": "sync", "directory": "python"},
-                                  {"backfill": "sync", "reclaim_after": 3}],
-                         ids=["sync", "background", "any-tail", "python", "auto"])
+                                  {"backfill": "sync", "reclaim_after": 3},
+                                  {"backfill": "sync", "reclaim_age": 1}],
+                         ids=["sync", "background", "any-tail", "python", "auto", "aged"])
 def test_reclamation_keeps_answers_equal_to_the_oracle(opts):
     @SETTINGS
     @given(traffic())
@@ -215,6 +216,16 @@ def test_mass_removal_shrinks_entries_store_and_overlay():
         same(s, oracle, q, f"sequence {k}")
     again = s.reclaim()
     assert again["segments_deleted"] == again["segments_rewritten"] == 0
+
+
+def test_a_tail_is_cut_only_after_reclaim_age_passes():
+    s = new_sarp(backfill="sync", reclaim_age=2)
+    q = branching_sequences(6, 1, 40)[0][:24]
+    s.insert(q, make_metas(q, 1, MS))
+    s.remove(np.ascontiguousarray(q[12:]))
+    assert s.reclaim()["segments_deleted"] == s.reclaim()["segments_deleted"] == 0
+    assert s.reclaim()["segments_deleted"] == 1
+    assert s.match(q).n_blocks == 12
 
 
 def test_the_background_pass_starts_after_enough_removes():
@@ -409,3 +420,34 @@ def test_a_kill_between_reclamation_steps_recovers_exact(tmp_path, step):
     bounded(r)
     for k, q in enumerate(seqs):
         same(r, oracle, q, f"sequence {k} after a kill at {step} and a pass")
+
+
+def test_cut_copies_of_one_prefix_leave_one_record():
+    """Sequences that share 3 blocks and diverge inside the first window are stored
+    as copies; once every divergent tail is removed, one record keeps the prefix
+    and the other copies go whole."""
+    store = MemoryStore()
+    s, oracle = new_sarp(store, backfill="sync"), RadixStrategy(None, None, MS)
+    rng = np.random.default_rng(9)
+    head = rng.integers(1, 1 << 62, 3, dtype=np.uint64)
+    seqs = [chain_ids(np.concatenate([head, rng.integers(1, 1 << 62, 5, dtype=np.uint64)]), H0)
+            for _ in range(12)]
+    for i, q in enumerate(seqs):
+        for t in (s, oracle):
+            t.insert(q, make_metas(q, i, MS))
+    assert store.logical_size()[0] >= 12
+    for q in seqs:
+        for t in (s, oracle):
+            t.remove(np.ascontiguousarray(q[3:]))
+    out = s.reclaim()
+    assert out["segments_deleted"] >= 10 and out["segments_rewritten"] <= 1
+    records = [k for k, _v in store.scan(1, sarp_mod.SEGMENT_KEY_LIMIT)]
+    assert len(records) == 1
+    bounded(s)
+    for k, q in enumerate(seqs):
+        same(s, oracle, q, f"sequence {k}")
+    for i, q in enumerate(seqs):          # every tail comes back, on the kept prefix
+        for t in (s, oracle):
+            t.insert(q, make_metas(q, 50 + i, MS))
+    for k, q in enumerate(seqs):
+        same(s, oracle, q, f"sequence {k} re-inserted")
