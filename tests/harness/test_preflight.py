@@ -52,6 +52,20 @@ def test_recover_refuses_on_memory(run_cli, monkeypatch):
     _one_line_error(code, err, "-n 1e8", "of memory", "available", "lower -n")
 
 
+def test_recover_counts_the_redis_servers_memory(run_cli, monkeypatch):
+    """A store in a local redis-server costs that server's memory, not a cache budget:
+    1e7 entries need some 2 GiB there, so 1 GiB available refuses; an embedded engine
+    at the same size fits."""
+    assert (preflight.strategy_memory_bytes("ssd-blockhash", "redis", 10**7)
+            >= 10**7 * 200 > preflight.strategy_memory_bytes("ssd-blockhash", "lmdb", 10**7))
+    _free(monkeypatch, disk=HUGE, memory=1 << 30)
+    _stop_at_build(monkeypatch)
+    code, _out, err = run_cli("recover", "-s", "ssd-blockhash", "-e", "redis", "-n", "1e7")
+    _one_line_error(code, err, "-n 1e7", "of memory", "available", "lower -n")
+    code, _out, err = run_cli("recover", "-s", "ssd-blockhash", "-e", "lmdb", "-n", "1e7")
+    assert code == _Reached.exit_code, err
+
+
 def test_recover_refuses_on_disk_naming_the_work_dir(run_cli, monkeypatch, tmp_path):
     _free(monkeypatch, disk=1 << 20, memory=HUGE)
     _stop_at_build(monkeypatch)
