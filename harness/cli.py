@@ -354,6 +354,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("engine-bench", help="point-get and batch-get cost per key of an engine",
                        description="Fill an engine and time get and get_many per key from Python.")
     p.add_argument("--engine", "-e", required=True)
+    p.add_argument("--engine-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="engine option (repeatable), e.g. url=redis://127.0.0.1:6379/0")
     p.add_argument("--keys", type=int, default=100_000)
     p.add_argument("--value-bytes", type=int, default=16)
     p.add_argument("--batch", type=int, default=32)
@@ -861,7 +863,7 @@ def cmd_hash_bench(args, leftover, argv, quiet):
 
 
 def cmd_engine_bench(args, leftover, argv, quiet):
-    from prefixbench.harness.build import parse_size
+    from prefixbench.harness.build import parse_kv, parse_size
     from prefixbench.harness.enginebench import measure_engine
 
     if args.keys < 1 or args.batch < 1:
@@ -874,7 +876,8 @@ def cmd_engine_bench(args, leftover, argv, quiet):
     with tempfile.TemporaryDirectory(prefix="prefixbench-enginebench-") as d:
         r = measure_engine(args.engine, d, n_keys=args.keys, value_size=args.value_bytes,
                            batch=args.batch, cache_bytes=parse_size("--cache-bytes", args.cache_bytes),
-                           direct_io=args.direct_io)
+                           direct_io=args.direct_io,
+                           options=parse_kv("--engine-option", args.engine_option))
     times, counts = engine_bench_benchmarks(r)
     if args.output:
         pyperf_io.write_suite(args.output, times)

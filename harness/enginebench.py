@@ -25,7 +25,8 @@ _FILL_BATCH = 256
 
 def measure_engine(engine_name: str, path: str, n_keys: int = 100_000, value_size: int = 16,
                    batch: int = 32, cache_bytes: int = 64 << 20, direct_io: bool = False,
-                   repeat: int = 5, sample: int = 50_000, seed: int = 0) -> dict:
+                   repeat: int = 5, sample: int = 50_000, seed: int = 0,
+                   options: dict | None = None) -> dict:
     """Fill ``engine_name`` (registry name or ``module:Class``) at ``path`` and time reads.
 
     ``path`` must be missing or an empty directory: nothing there is deleted.
@@ -36,7 +37,8 @@ def measure_engine(engine_name: str, path: str, n_keys: int = 100_000, value_siz
     if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)):
         raise ConfigError(f"engine bench store path {path}: must be a new or empty directory")
     factory = resolve_engine(engine_name)
-    config = dict(cache_bytes=cache_bytes, direct_io=direct_io, durability="async")
+    config = dict(cache_bytes=cache_bytes, direct_io=direct_io, durability="async",
+                  options=dict(options or {}))
     rng = random.Random(seed)
     unique: set[int] = set()
     while len(unique) < n_keys:
@@ -79,7 +81,12 @@ def measure_engine(engine_name: str, path: str, n_keys: int = 100_000, value_siz
         size = store.size_on_disk()
         diagnostic = getattr(store, "diagnostic_build", False)
     finally:
-        store.close()
+        try:
+            # a server-backed store outlives this process: leave no keys on the user's server
+            if getattr(store, "drop", None) is not None:
+                store.drop()
+        finally:
+            store.close()
     result = {
         "engine": engine_name,
         "n_keys": n_keys,

@@ -516,19 +516,26 @@ def test_cluster_batch_cut_after_its_journal_write_is_completed_on_open(tmp_path
 
 
 @pytest.mark.parametrize("engine", ["redis", "redis-cluster"])
-def test_engine_bench_reaches_the_server_through_the_environment(engine, tmp_path, monkeypatch,
-                                                                  redis_always, cluster_always):
-    """engine-bench takes no engine options: the url comes from the environment."""
+@pytest.mark.parametrize("how", ["environment", "option"])
+def test_engine_bench_reaches_the_server_and_leaves_no_keys(engine, how, tmp_path, monkeypatch,
+                                                            redis_always, cluster_always):
+    """engine-bench finds the server through the environment or ``url=``, and drops its
+    keys afterwards: a server outlives the bench, and it is the user's."""
     from prefixbench.harness.enginebench import measure_engine
-    if engine == "redis":
-        monkeypatch.setenv("PREFIXBENCH_REDIS_URL", redis_always.url)
+    url = redis_always.url if engine == "redis" else cluster_always.url
+    options = {}
+    if how == "option":
+        options = {"url": url}
+    elif engine == "redis":
+        monkeypatch.setenv("PREFIXBENCH_REDIS_URL", url)
     else:
-        monkeypatch.setenv("PREFIXBENCH_REDIS_CLUSTER_URL", cluster_always.url)
-    r = measure_engine(engine, str(tmp_path / "s"), n_keys=500, batch=8, repeat=1, sample=100)
+        monkeypatch.setenv("PREFIXBENCH_REDIS_CLUSTER_URL", url)
+    r = measure_engine(engine, str(tmp_path / "s"), n_keys=500, batch=8, repeat=1, sample=100,
+                       options=options)
     assert r["get_s_per_key"] > 0 and r["get_many_s_per_key"] > 0
-    s = open_store(resolve_engine(engine), tmp_path / "s", create=False)
+    s = open_store(resolve_engine(engine), tmp_path / "s", create=False, options={"url": url})
     try:
-        assert len(list(s.scan())) == 500
+        assert list(s.scan()) == []
     finally:
         s.close()
 
