@@ -109,7 +109,7 @@ EXPERIMENTS = {
                                              ["-n", "2e5", "--repeat", "3"],
                                              ["-n", "1e7", "--repeat", "2"]),
             "recover-ssd-blockhash-redis": _both(["recover", "-s", "ssd-blockhash", "-e",
-                                                  "redis"], ["-n", "1e5", "--repeat", "3"],
+                                                  "redis"], ["-n", "2e4", "--repeat", "3"],
                                                  ["-n", "1e6", "--repeat", "2"]),
         }),
         Experiment("retrieval", ("fig9",), {
