@@ -162,8 +162,10 @@ def test_workload_options_never_escape(chat_file, hash_file, monkeypatch, name, 
         except ConfigError as e:
             msg = one_line(e)
             assert msg.startswith("option "), msg
-        except TraceFormatError as e:   # a bad path= is a trace error naming that path
-            assert one_line(e).startswith(str(opts.get("path"))), str(e)
+        except TraceFormatError as e:   # a bad path= is a trace error naming that path,
+            # its control characters escaped as every error line shows them
+            shown = str(TraceFormatError(str(opts.get("path"))))
+            assert one_line(e).startswith(shown), str(e)
         except UnknownPluginError as e:  # tokenizer=NAME that no plugin provides
             assert one_line(e).startswith("unknown tokenizer "), str(e)
 
