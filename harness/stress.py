@@ -355,7 +355,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     import tempfile
     runs = stress_runs(args.strategy or None)
-    per = max(1, args.ops // (len(runs) * args.threads))
+    per = max(1, -(-args.ops // (len(runs) * args.threads)))   # at least --ops in all
     total = bad = 0
     with tempfile.TemporaryDirectory(prefix="prefixbench-stress-") as d:
         for label, s, opts in runs:
