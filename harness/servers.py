@@ -320,15 +320,8 @@ class Server:
 
     def data_bytes(self) -> int:
         """Allocated bytes of every node's data directory (RDB, AOF, nodes.conf)."""
-        total = 0
-        for n in self.nodes:
-            for root, _dirs, files in os.walk(n.data_dir):
-                for f in files:
-                    try:
-                        total += os.stat(os.path.join(root, f)).st_blocks * 512
-                    except OSError:
-                        pass
-        return total
+        from prefixbench.engines.base import allocated_bytes
+        return sum(allocated_bytes(n.data_dir) for n in self.nodes)
 
     def restart_timed(self, timeout: float = 3600.0) -> float:
         """Start the stopped nodes and wait until every one has reloaded its RDB/AOF
@@ -457,35 +450,37 @@ def create_cluster(server: Server) -> None:
     wait_cluster_ok(server)
 
 
-def _bulk(port: int, password: str | None, command: bytes) -> str:
-    """The bulk-string reply of ``command`` (INFO, CLUSTER INFO, CLUSTER NODES), '' on failure."""
+def _ask(port: int, password: str | None, command: bytes, timeout: float, read) -> str:
+    """Send ``command`` on a fresh connection (after AUTH when a password is set) and
+    return ``read(reply file)``; '' when nothing answers or the reply is malformed."""
     try:
-        with socket.create_connection((HOST, port), timeout=2.0) as s:
+        with socket.create_connection((HOST, port), timeout=timeout) as s:
             f = s.makefile("rb")
             if password:
                 s.sendall(b"AUTH %s\r\n" % password.encode())
                 f.readline()
             s.sendall(command + b"\r\n")
-            head = f.readline()
-            if not head.startswith(b"$"):
-                return ""
-            return f.read(int(head[1:])).decode(errors="replace")
+            return read(f)
     except (OSError, ValueError):
         return ""
 
 
+def _read_bulk(f) -> str:
+    head = f.readline()
+    if not head.startswith(b"$"):
+        return ""
+    return f.read(int(head[1:])).decode(errors="replace")
+
+
+def _bulk(port: int, password: str | None, command: bytes) -> str:
+    """The bulk-string reply of ``command`` (INFO, CLUSTER INFO, CLUSTER NODES), '' on failure."""
+    return _ask(port, password, command, 2.0, _read_bulk)
+
+
 def _simple(port: int, password: str | None, command: bytes) -> str:
     """The first reply line of ``command`` ('-...' for an error, '' if nothing answers)."""
-    try:
-        with socket.create_connection((HOST, port), timeout=5.0) as s:
-            f = s.makefile("rb")
-            if password:
-                s.sendall(b"AUTH %s\r\n" % password.encode())
-                f.readline()
-            s.sendall(command + b"\r\n")
-            return f.readline().decode(errors="replace").strip()
-    except OSError:
-        return ""
+    return _ask(port, password, command, 5.0,
+                lambda f: f.readline().decode(errors="replace").strip())
 
 
 def _fields(text: str) -> dict:
