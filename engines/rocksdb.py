@@ -12,11 +12,21 @@ Durability: ``sync`` fsyncs the WAL per batch; ``async`` writes the WAL to
 the OS per batch without fsync (survives kill -9); ``off`` disables the WAL
 (the memtable is lost on a crash; :meth:`sync` flushes it to SST files).
 
-Options: ``write_buffer_bytes``, ``background_jobs`` (default 4).
+Write stalls: every write goes first with ``no_slowdown``, so a write RocksDB
+would hold comes back at once.  If RocksDB is only slowing writes it is sent
+again the ordinary way, taking RocksDB's own delay; if writes are stopped
+(memtables full while a flush cannot finish, as on a full device) it is retried
+with a short back-off until ``write_stall_seconds`` (default 30) have passed, and
+then fails with one line naming the store.  A write sent the ordinary way into a
+stop on a full disk waits forever inside the binding, where no signal reaches it.
+
+Options: ``write_buffer_bytes``, ``background_jobs`` (default 4),
+``write_stall_seconds``.
 """
 from __future__ import annotations
 
 import threading
+import time
 
 from prefixbench.engines.base import (
     SegmentStore,
@@ -35,7 +45,7 @@ from prefixbench.errors import ConfigError, StoreError
 from prefixbench.hookspecs import hookimpl
 
 _PACK = encode_key
-_OPTIONS = {"write_buffer_bytes", "background_jobs"}
+_OPTIONS = {"write_buffer_bytes", "background_jobs", "write_stall_seconds"}
 _MIN_WRITE_BUFFER = 64 << 10
 
 
@@ -57,6 +67,7 @@ class RocksDBStore(SegmentStore):
             raise ConfigError(f"option write_buffer_bytes: {memtable} exceeds cache_bytes "
                               f"{config.cache_bytes}")
         jobs = int_option(opts, "background_jobs", 4, 1)
+        self.write_stall_seconds = int_option(opts, "write_stall_seconds", 30, 1)
         self.block_cache_bytes = config.cache_bytes - memtable
         self.write_buffer_bytes = max(memtable // 2, _MIN_WRITE_BUFFER)
         self.path = prepare_store_dir(config.path, config.create, self.name, "CURRENT")
@@ -88,6 +99,10 @@ class RocksDBStore(SegmentStore):
         wo.sync = config.durability == "sync"
         wo.disable_wal = config.durability == "off"
         self._db.set_write_options(wo)
+        self._delayed_write = wo
+        self._write_now = rocksdict.WriteOptions()   # the same, but never held
+        self._write_now.sync, self._write_now.disable_wal = wo.sync, wo.disable_wal
+        self._write_now.no_slowdown = True
         self._rocksdict = rocksdict
         self.write_errors = (Exception,)     # rocksdict raises a bare Exception
         self._close_lock = threading.Lock()
@@ -98,13 +113,37 @@ class RocksDBStore(SegmentStore):
     def _get_many(self, keys):
         return self._db[[_PACK(k) for k in keys]]   # multi-get, releases the GIL
 
-    def _write(self, puts, deletes):
+    def _batch(self, puts, deletes):
         wb = self._rocksdict.WriteBatch(raw_mode=True)
         for k, v in puts:
             wb.put(_PACK(k), v)
         for k in deletes:
             wb.delete(_PACK(k))
-        self._db.write(wb)
+        return wb
+
+    def _write(self, puts, deletes):
+        deadline, pause = None, 1e-4
+        while True:
+            try:                                     # write() consumes the batch
+                self._db.write(self._batch(puts, deletes), self._write_now)
+                return
+            except Exception as e:       # rocksdict raises a bare Exception
+                if "incomplete" not in str(e).lower():
+                    raise
+            if self._db.property_int_value("rocksdb.is-write-stopped") == 0:
+                self._db.write(self._batch(puts, deletes), self._delayed_write)
+                return                               # slowed, not stopped: RocksDB's delay
+            now = time.monotonic()
+            if deadline is None:
+                deadline = now + self.write_stall_seconds
+            elif now >= deadline:
+                why = self._db.property_value("rocksdb.background-errors")
+                raise StoreError(
+                    f"rocksdb store {self.path}: writes stalled for "
+                    f"{self.write_stall_seconds} s ({why or 0} background errors; is the "
+                    "device full?); batches acknowledged before it are kept") from None
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
 
     def _scan_chunk(self, lo, end):
         ro = self._rocksdict.ReadOptions()

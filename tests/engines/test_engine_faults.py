@@ -249,3 +249,80 @@ def test_enospc_loses_no_acknowledged_batch(small_fs, capsys, name):
               f"acknowledged batches)")
     assert isinstance(err, StoreError), f"{name}: {type(err).__name__} {err}"
     assert str(mnt / name) in str(err), err
+
+
+# ----------------------------------------------------------------------------- RocksDB stalls
+class _StallingDB:
+    """A rocksdict handle whose writes stall (as RocksDB's ``no_slowdown`` reports a
+    stop) for the first ``n`` calls, then pass through."""
+
+    def __init__(self, db, n, stopped=1):
+        self._db, self.n, self.stopped, self.calls = db, n, stopped, 0
+
+    def write(self, batch, opts=None):
+        self.calls += 1
+        if self.calls <= self.n:
+            assert opts is not None and opts.no_slowdown, "a write sent that could hang"
+            raise Exception("Result incomplete: Write stall")
+        return self._db.write(batch, opts)
+
+    def property_int_value(self, name):
+        assert name == "rocksdb.is-write-stopped"
+        return self.stopped
+
+    def __getattr__(self, name):
+        return getattr(self._db, name)
+
+
+def _rocksdb(path, **options):
+    cls = engine_cls("rocksdb")
+    return cls(StoreConfig(path=str(path), durability="sync",
+                           options={k: str(v) for k, v in options.items()}))
+
+
+def test_a_stopped_rocksdb_write_is_retried_until_it_goes(tmp_path):
+    s = _rocksdb(tmp_path / "r")
+    try:
+        real = s._db
+        s._db = _StallingDB(real, 5)
+        s.put(7, b"after the stall")
+        assert s._db.calls == 6
+        s._db = real
+        assert s.get(7) == b"after the stall"
+    finally:
+        s.close()
+
+
+def test_a_slowed_rocksdb_write_takes_rocksdbs_own_delay(tmp_path):
+    s = _rocksdb(tmp_path / "r")
+    try:
+        real = s._db
+        s._db = _StallingDB(real, 1, stopped=0)
+        s.put(7, b"x")
+        assert s._db.calls == 2
+        s._db = real
+        assert s.get(7) == b"x"
+    finally:
+        s.close()
+
+
+def test_a_rocksdb_write_stopped_past_the_deadline_is_one_line_and_keeps_the_rest(tmp_path):
+    s = _rocksdb(tmp_path / "r", write_stall_seconds=1)
+    try:
+        s.put(1, b"acknowledged")
+        real = s._db
+        s._db = _StallingDB(real, 10 ** 9)
+        with pytest.raises(StoreError) as e:
+            s.put(2, b"never written")
+        msg = str(e.value)
+        assert "\n" not in msg and str(tmp_path / "r") in msg and "stalled for 1 s" in msg
+        s._db = real
+        assert s.get_many([1, 2]) == [b"acknowledged", None]
+    finally:
+        s.close()
+
+
+def test_write_stall_seconds_is_checked(tmp_path):
+    from prefixbench.errors import ConfigError
+    with pytest.raises(ConfigError, match="write_stall_seconds"):
+        _rocksdb(tmp_path / "r", write_stall_seconds=0)
