@@ -496,10 +496,6 @@ def run_payload(payload_bytes: int = 1 << 30, objects=DEFAULT_OBJECTS, paths=DEF
     objects, points = check_payload(payload_bytes, objects, paths, restores, stripe, hit_bytes,
                                     cache_mode, pack_bytes, work_dir, layers, layer_object,
                                     force)
-    own = work_dir is None
-    if own:
-        work_dir = tempfile.mkdtemp(prefix="prefixbench-payload-", dir=os.getcwd())
-    os.makedirs(work_dir, exist_ok=True)
     flat = [p.size for p in points if p.layers == 1]
     per_token = math.gcd(stripe, 128 << 10, *flat) if flat else ALIGN
     payload = make_payload(payload_bytes, seed)
@@ -552,6 +548,10 @@ def run_payload(payload_bytes: int = 1 << 30, objects=DEFAULT_OBJECTS, paths=DEF
                       secs / len(point.order) * 1e6, mode, ok, point.label, len(events), seq_no)
         return row
 
+    own = work_dir is None               # made last: nothing between here and the
+    if own:                              # try below can fail and leave it behind
+        work_dir = tempfile.mkdtemp(prefix="prefixbench-payload-", dir=os.getcwd())
+    os.makedirs(work_dir, exist_ok=True)
     try:
         for name in paths:                               # write everything first
             sizes = [None] if name in ("seq", "stripes") else \
