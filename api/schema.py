@@ -427,6 +427,8 @@ FIGURES: tuple = tuple([
     Figure("store-bytes", "bytes", "space", "data bytes on disk (allocated blocks)", "lower",
            csv=(("bytes_on_disk", 1.0),), json=("size_on_disk_bytes",)),
     Figure("store-log-bytes", "bytes", "space", "the engine's WAL/journal bytes"),
+    Figure("store-memory-outside-budget-bytes", "bytes", "memory",
+           "engine memory the cache budget does not bound (RocksDB index and filters)"),
     Figure("store-logical-bytes", "bytes", "space", "live keys + values the index stored"),
     Figure("store-records", "count", "space", "records in the store"),
     Figure("space-amplification", "ratio", "space", "disk bytes / logical bytes", "lower"),

@@ -274,6 +274,11 @@ class SegmentStore(abc.ABC):
     #: write-ahead/journal logs rather than data (counted apart by disk_usage)
     log_file_patterns: tuple = ()
 
+    def memory_outside_budget(self) -> int:
+        """Bytes of engine memory not bounded by ``cache_bytes`` (RocksDB's table
+        readers: index and filter blocks); 0 where the engine keeps none or cannot say."""
+        return 0
+
     def disk_usage(self) -> dict:
         """``{"data_bytes", "log_bytes"}``: allocated blocks, the engine's logs apart.
 
@@ -412,6 +417,19 @@ def prepare_store_dir(path, create: bool, engine: str, marker: str) -> str:
     if not os.access(path, os.R_OK | os.W_OK | os.X_OK):
         raise StoreError(f"{engine} store path {path}: directory is not readable and writable")
     return path
+
+
+def bool_option(opts: dict, name: str, default: bool) -> bool:
+    """A yes/no engine option: a bool, or one of 1/0, true/false, yes/no, on/off."""
+    value = opts.get(name, default)
+    if isinstance(value, bool):
+        return value
+    word = str(value).strip().lower()
+    if word in ("1", "true", "yes", "on"):
+        return True
+    if word in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"option {name}: {value!r} is not one of true/false, yes/no, on/off, 1/0")
 
 
 def int_option(opts: dict, name: str, default: int, minimum: int, size: bool = False) -> int:

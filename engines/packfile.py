@@ -104,6 +104,7 @@ from prefixbench.engines.base import (
     SegmentStore,
     StoreConfig,
     allocated_bytes,
+    bool_option,
     check_options,
     int_option,
     prepare_store_dir,
@@ -230,9 +231,7 @@ class PackfileStore(SegmentStore):
         want_pack = int_option(opts, "pack_bytes", 1 << 30, 64 << 10, size=True)
         self.max_packs = int_option(opts, "max_packs", 65536, 2)
         self.checkpoint_bytes = int_option(opts, "checkpoint_bytes", 64 << 20, 4096, size=True)
-        allow = opts.get("allow_buffered", False)
-        if isinstance(allow, str):
-            allow = allow.lower() in ("1", "true", "yes", "on")
+        allow = bool_option(opts, "allow_buffered", False)
         existed = config.path is not None and os.path.isdir(config.path)
         self.path = prepare_store_dir(config.path, config.create, self.name, META)
         self._wlock = threading.RLock()

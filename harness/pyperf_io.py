@@ -66,6 +66,7 @@ COUNT_FIGURES = (
     ("store-reads-per-match", "integer", lambda r: r.reads_per_match),
     ("store-bytes", "byte", lambda r: r.store_bytes),
     ("store-log-bytes", "byte", lambda r: r.store_log_bytes),
+    ("store-memory-outside-budget-bytes", "byte", lambda r: r.store_memory_bytes),
     ("store-logical-bytes", "byte", lambda r: r.logical_bytes),
     ("store-records", "integer", lambda r: r.store_records),
     ("space-amplification", "integer", lambda r: r.space_amplification),

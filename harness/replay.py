@@ -68,6 +68,7 @@ class ReplayResult:
     store_stats: dict = field(default_factory=dict)
     store_bytes: int = 0              # data on disk (allocated blocks), engine logs excluded
     store_log_bytes: int = 0          # the engine's write-ahead/journal logs on disk
+    store_memory_bytes: int = 0       # engine memory outside the cache budget (index, filters)
     logical_bytes: int = 0            # live keys + values the index asked the store to keep
     store_records: int = 0            # live records (keys) in the store
     gc_mode: str = ""
@@ -500,4 +501,5 @@ def _collect_end_state(res: ReplayResult, strategy: IndexStrategy) -> None:
         usage = store.disk_usage()
         res.store_bytes = usage["data_bytes"]
         res.store_log_bytes = usage["log_bytes"]
+        res.store_memory_bytes = store.memory_outside_budget()
         res.store_records, res.logical_bytes = store.logical_size()

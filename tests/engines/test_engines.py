@@ -184,6 +184,27 @@ def test_rocksdb_splits_the_budget(tmp_path):
                                  options={"write_buffer_bytes": 2 << 20}))
 
 
+@pytest.mark.parametrize("in_cache", ["false", "true"])
+def test_rocksdb_index_and_filters_outside_the_cache_are_reported(tmp_path, in_cache):
+    """RocksDB's default keeps index and filter blocks in the table readers; that
+    memory is reported, and with ``index_in_cache`` there is none to report."""
+    path = str(tmp_path / "s")
+    with RocksDBStore(StoreConfig(path=path, durability="off",
+                                  options={"index_in_cache": in_cache})) as s:
+        s.put_many((i, bytes(100)) for i in range(20000))
+        s.flush()
+        assert s.get_many([5, 20001]) == [bytes(100), None]
+        outside = s.memory_outside_budget()
+        assert (outside > 0) == (in_cache == "false"), outside
+
+
+def test_rocksdb_index_in_cache_takes_only_yes_or_no(tmp_path):
+    with pytest.raises(ConfigError, match="index_in_cache.*'sometimes'"):
+        RocksDBStore(StoreConfig(path=str(tmp_path / "s"),
+                                 options={"index_in_cache": "sometimes"}))
+    assert not (tmp_path / "s").exists()
+
+
 # ----- WiredTiger ------------------------------------------------------------
 
 def test_wiredtiger_size_on_disk_leaves_out_preallocated_logs(tmp_path):

@@ -206,12 +206,16 @@ def test_payload_names(tmp_path, run_cli):
     assert RUN_METADATA <= keys
 
 
+ZERO_ON_LMDB = {"store-log-bytes", "store-memory-outside-budget-bytes"}
+
+
 def test_replay_figure_tables():
     """The replay's figure tables name what the runs above publish, plus the one figure
-    they leave out as zero: ``store-log-bytes`` (LMDB keeps no separate log)."""
+    they leave out as zero: ``store-log-bytes`` (LMDB keeps no separate log) and
+    ``store-memory-outside-budget-bytes`` (LMDB keeps none)."""
     from prefixbench.harness import pyperf_io
     assert {n for n, _f in pyperf_io.TIME_FIGURES} == REPLAY_TIMES
     assert {n for n, _u, _f in pyperf_io.COUNT_FIGURES} == \
-        REPLAY_COUNTS | ON_DISK | {"store-log-bytes"}
+        REPLAY_COUNTS | ON_DISK | ZERO_ON_LMDB
     assert {n: u for n, u, _f in pyperf_io.COUNT_FIGURES} == {
-        n: _unit(n, "counts") for n in REPLAY_COUNTS | ON_DISK | {"store-log-bytes"}}
+        n: _unit(n, "counts") for n in REPLAY_COUNTS | ON_DISK | ZERO_ON_LMDB}
