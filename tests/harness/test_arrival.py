@@ -65,3 +65,47 @@ def test_saturation_rule():
         return ArrivalResult(x, 10, off, ach, 0.0, p99, p99, 0.0, 0, 1, 0)
     rows = [row(1, 10, 10, 1e-4), row(2, 20, 20, 5e-4), row(4, 40, 30, 1e-2)]
     assert saturation(rows).speedup == 2
+
+
+class _Timed:
+    """A stand-in index whose match takes ``pause`` seconds (a sleep: at least that)."""
+
+    def __init__(self, pause=0.0):
+        self.pause = pause
+
+    def match(self, ids):
+        import time
+        from prefixbench.plugins.strategy import Match
+        if self.pause:
+            time.sleep(self.pause)
+        return Match.empty(16)
+
+    def insert(self, ids, metas):
+        pass
+
+
+def _requests(n):
+    from types import SimpleNamespace
+    ids = np.arange(1, 5, dtype=np.uint64)
+    return [SimpleNamespace(match_ids=ids, insert_ids=ids, prompt_tokens=64) for _ in range(n)]
+
+
+def test_an_early_issuer_counts_from_its_wake_up_and_reports_it_apart():
+    """Requests 20 ms apart, one issuer: it is early for each, so none queued - the
+    queued latency is the service time - and its wake-up delay is reported apart."""
+    from prefixbench.harness.arrival import replay_open_loop
+    rows = replay_open_loop(_Timed(), _requests(12), np.arange(12) * 0.02, block_size=16,
+                            threads=1)
+    assert rows.late_starts == 0
+    assert rows.p50_s == rows.service_p50_s
+    assert 0 <= rows.issue_p50_s <= rows.issue_p99_s
+
+
+def test_a_request_reached_late_keeps_its_queueing():
+    """Eight requests due at once, one issuer, 10 ms a match: the last waited for seven
+    matches before it, and that wait is in its latency."""
+    from prefixbench.harness.arrival import replay_open_loop
+    rows = replay_open_loop(_Timed(0.01), _requests(8), np.zeros(8), block_size=16,
+                            threads=1)
+    assert rows.late_starts >= 7
+    assert rows.p999_s >= 7 * 0.01
