@@ -652,16 +652,20 @@ def format_arrival(res) -> str:
                      "p50": v("match-latency-queued-p50"), "p99": v("match-latency-queued-p99"),
                      "p999": v("match-latency-queued-p999"),
                      "service": v("match-latency-service-p50"),
+                     "late": v("late-starts"), "requests": v("requests"),
+                     "woke50": v("issue-lateness-p50"), "woke99": v("issue-lateness-p99"),
                      "hit": v("hit-tokens") / prompt if prompt else 0.0})
     head = (f"{'speedup':>8} {'offered req/s':>14} {'achieved req/s':>15} {'p50':>10} "
-            f"{'p99':>10} {'p99.9':>10} {'service p50':>12} {'hit rate':>9}")
+            f"{'p99':>10} {'p99.9':>10} {'service p50':>12} {'late starts':>12} "
+            f"{'wake-up p50':>12} {'wake-up p99':>12} {'hit rate':>9}")
     lines = [f"open-loop arrival: {md.get('strategy', '?')} on {res.workload()} (match "
              f"latency includes queueing)", head]
     for r in rows:
         lines.append(f"{r['speedup']:>8g} {r['offered']:>14,.1f} {r['achieved']:>15,.1f} "
                      f"{r['p50'] * 1e6:>8.1f}us {r['p99'] * 1e6:>8.1f}us "
                      f"{r['p999'] * 1e6:>8.1f}us {r['service'] * 1e6:>10.1f}us "
-                     f"{r['hit']:>9.2%}")
+                     f"{r['late']:>12,.0f} {r['woke50'] * 1e6:>10.1f}us "
+                     f"{r['woke99'] * 1e6:>10.1f}us {r['hit']:>9.2%}")
     ordered = sorted(rows, key=lambda r: r["speedup"])
     knee = next((r for r in ordered if not r["served"]), None)
     if knee is None:
@@ -677,6 +681,9 @@ def format_arrival(res) -> str:
                   f"{knee['p99'] * 1e6:,.1f}us)" if knee is not None else
                   " (every speedup served: raise --speedup to find the saturation point)") +
                  " [rule: achieved >= 95% of offered and p99 <= 10x the first speedup's]")
+    lines.append("late starts: requests no issuer was free for at their due time (their "
+                 "latency includes the wait); wake-up: how late issuers that were early "
+                 "started (the harness's timing, left out of their latency)")
     return "\n".join(lines)
 
 
