@@ -363,7 +363,8 @@ def test_sweep_arrival(tmp_path, capsys):
     lines = shown.splitlines()
     assert lines[0] == "open-loop arrival: radix on token-jsonl (match latency includes queueing)"
     assert [ln.split()[:2] for ln in lines[2:4]] == [["100", "200.0"], ["1000", "2,000.0"]]
-    assert lines[-1].startswith("saturation: ")
+    assert "late starts" in lines[1] and "wake-up p99" in lines[1]
+    assert lines[-2].startswith("saturation: ") and lines[-1].startswith("late starts: ")
 
 
 def test_run_arrival_trace(tmp_path, capsys):
