@@ -6,7 +6,7 @@ each).  Option ``write_buffer_bytes`` sets the memtable share instead; the
 block cache gets the rest.  Index and filter blocks (10-bit Bloom filters) are
 held by the table readers, outside the block cache, as RocksDB does by default
 and as the paper's budget (block cache plus memtable) implies; their memory is
-reported as ``table_reader_bytes``.  Option ``index_in_cache=true`` puts them in
+reported as ``store-memory-outside-budget-bytes``.  Option ``index_in_cache=true`` puts them in
 the block cache instead, so the budget covers them too and a get that misses
 them pays extra device reads.
 
@@ -18,11 +18,12 @@ the OS per batch without fsync (survives kill -9); ``off`` disables the WAL
 
 Write stalls: every write goes first with ``no_slowdown``, so a write RocksDB
 would hold comes back at once.  If RocksDB is only slowing writes it is sent
-again the ordinary way, taking RocksDB's own delay; if writes are stopped
-(memtables full while a flush cannot finish, as on a full device) it is retried
-with a short back-off until ``write_stall_seconds`` (default 30) have passed, and
-then fails with one line naming the store.  A write sent the ordinary way into a
-stop on a full disk waits forever inside the binding, where no signal reaches it.
+again the ordinary way, taking RocksDB's own delay.  If writes are stopped
+(memtables full until a flush finishes; on a full device it never does) it is
+retried with a back-off of at most 1 ms, so a flush that ends is seen within
+1 ms, until ``write_stall_seconds`` (default 30) have passed, and then fails
+with one line naming the store.  A write sent the ordinary way into a stop on
+a full disk waits forever inside the binding, where no signal reaches it.
 
 Options: ``write_buffer_bytes``, ``background_jobs`` (default 4),
 ``write_stall_seconds``, ``index_in_cache`` (default false).
@@ -150,7 +151,7 @@ class RocksDBStore(SegmentStore):
                     f"{self.write_stall_seconds} s ({why or 0} background errors; is the "
                     "device full?); batches acknowledged before it are kept") from None
             time.sleep(pause)
-            pause = min(pause * 2, 0.05)
+            pause = min(pause * 2, 1e-3)        # a flush ending is seen within 1 ms
 
     def _scan_chunk(self, lo, end):
         ro = self._rocksdict.ReadOptions()
