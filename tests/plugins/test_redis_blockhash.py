@@ -94,3 +94,56 @@ def test_existing_blocks_keep_their_first_metadata():
     assert store.get(int(ids[0])) == first[0].tobytes()
     assert s.stats()["uploaded_entries"] == len(ids)
     assert np.array_equal(s.match(ids).metas[:3], first[:3])
+
+
+@pytest.mark.parametrize("layout", [{"layout": "hash"}, {"layout": "packed", "pack_bits": 6}])
+def test_bulk_rebuild_equals_the_per_key_rebuild(tmp_path, redis_always, layout):
+    """The rebuild from the engine's bulk scan and from the per-key reference scan give
+    the same table, entry for entry, and the same matches."""
+    from prefixbench.engines.redis import RedisStore
+    cfg = StoreConfig(path=str(tmp_path / "store"), durability="off",
+                      options={"url": redis_always.url, **layout})
+    store = RedisStore(cfg)
+    try:
+        s = RedisBlockHashStrategy(store)
+        seqs = _fill(s, n=120)
+        tables = {}
+        for how in ("bulk", "per-key"):
+            r = RedisBlockHashStrategy(store, {"rebuild_scan": how, "rebuild_chunk": 97})
+            assert r._rebuild_from_store() == {"entries_rebuilt": len(s._table)}
+            tables[how] = r
+        (kb, mb), (kp, mp) = tables["bulk"]._table.export(), tables["per-key"]._table.export()
+        ob, op = np.argsort(kb), np.argsort(kp)
+        assert np.array_equal(kb[ob], kp[op]) and np.array_equal(mb[ob], mp[op])
+        ke, me = s._table.export()
+        oe = np.argsort(ke)
+        assert np.array_equal(kb[ob], ke[oe]) and np.array_equal(mb[ob], me[oe])
+        for q in seqs:
+            a, b = tables["bulk"].match(q), tables["per-key"].match(q)
+            assert a.n_blocks == b.n_blocks and np.array_equal(a.metas, b.metas)
+    finally:
+        store.drop()
+        store.close()
+
+
+def test_bulk_rebuild_names_a_foreign_value(tmp_path, redis_always):
+    from prefixbench.engines.redis import RedisStore
+    store = RedisStore(StoreConfig(path=str(tmp_path / "store"), durability="off",
+                                   options={"url": redis_always.url}))
+    try:
+        store.write_items([(0x99, bytes(16)), (0x1234, b"short"), (0x5678, bytes(16))])
+        for how in ("bulk", "per-key"):
+            s = RedisBlockHashStrategy(store, {"rebuild_scan": how})
+            with pytest.raises(StoreError, match="0x1234.*5 bytes, expected 16"):
+                s._rebuild_from_store()
+    finally:
+        store.drop()
+        store.close()
+
+
+def test_rebuild_scan_option_is_checked():
+    from prefixbench.engines.memory import MemoryStore
+    from prefixbench.errors import ConfigError
+    with pytest.raises(ConfigError, match="option rebuild_scan: 'fast' is not one of bulk, "
+                                          "per-key"):
+        RedisBlockHashStrategy(MemoryStore(), {"rebuild_scan": "fast"})
