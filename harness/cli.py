@@ -530,33 +530,30 @@ def cmd_run(args, leftover, argv, quiet):
               pyperf_argv=leftover, use_runner=not args.no_runner)
     if res is not None:
         from prefixbench.harness import pyperf_io
-        from prefixbench.harness.reporting import table_of
-        print(table_of(args.output, *pyperf_io.replay_suites(res, pyperf_io.run_metadata(
-            spec.strategy, spec.engine, spec.workload, spec.config()))))
-        if args.csv:
-            from prefixbench.harness.export import append_row, row
-            from prefixbench.harness.pyperf_io import git_commit
-            append_row(args.csv, row(spec, res, git_commit()))
-        if args.output:
-            from prefixbench.harness.pyperf_io import counts_path
-            print(f"wrote {args.output} and {counts_path(args.output)}")
+        _report_run(args, spec, res, pyperf_io.replay_suites(res, pyperf_io.run_metadata(
+            spec.strategy, spec.engine, spec.workload, spec.config())))
     return 0
 
 
 def _run_pooled(args, spec, pool, quiet):
     from prefixbench.harness.capacity import pooled_suites, run_pooled
-    from prefixbench.harness.reporting import table_of
 
     res = run_pooled(spec, pool, output=args.output, quiet=quiet)
-    print(table_of(args.output, *pooled_suites(spec, pool, res)))
+    _report_run(args, spec, res, pooled_suites(spec, pool, res))
+    return 0
+
+
+def _report_run(args, spec, res, benches) -> None:
+    """A run's table (through the renderer ``show`` uses), its ``--csv`` row and the
+    files written."""
+    from prefixbench.harness.pyperf_io import counts_path, git_commit
+    from prefixbench.harness.reporting import table_of
+    print(table_of(args.output, *benches))
     if args.csv:
         from prefixbench.harness.export import append_row, row
-        from prefixbench.harness.pyperf_io import git_commit
         append_row(args.csv, row(spec, res, git_commit()))
     if args.output:
-        from prefixbench.harness.pyperf_io import counts_path
         print(f"wrote {args.output} and {counts_path(args.output)}")
-    return 0
 
 
 def cmd_scale(args, leftover, argv, quiet):
