@@ -105,22 +105,50 @@ def store_disk_bytes(strategy: str, engine: str | None, entries: int, *,
     return entries * per * ENGINE_AMPLIFICATION.get(engine, DEFAULT_AMPLIFICATION)
 
 
-#: resident bytes per entry of a local redis-server holding the store (measured: about
-#: 2.1 GB of RSS at 1e7 ssd-blockhash/redis-blockhash entries); a cluster's replicas
-#: hold a second copy
+#: resident bytes per entry of a local redis-server holding the store in the default
+#: ``layout=hash`` (measured: about 2.1 GB of RSS at 1e7 ssd-blockhash/redis-blockhash
+#: entries; 216 B RSS, 198 B used_memory at 1e6); a cluster's replicas hold a second copy
 SERVER_MEMORY_BYTES_PER_BLOCK = {"redis": 215.0, "redis-cluster": 430.0}
+#: the same for the redis engine's ``layout=packed`` while its buckets stay listpacks
+#: (at most ``PACKED_LISTPACK_ENTRIES`` entries per bucket on average; measured 63 B
+#: RSS, 37 B used_memory per entry at 1e6 entries, pack_bits=16).  Fuller buckets
+#: become hash tables: the estimate falls back to the hash layout's figure
+PACKED_SERVER_MEMORY_BYTES_PER_BLOCK = 65.0
+#: redis-server's default hash-max-listpack-entries
+PACKED_LISTPACK_ENTRIES = 128
+#: the redis engine's default pack_bits
+DEFAULT_PACK_BITS = 16
+
+
+def server_memory_bytes_per_block(engine: str, entries: int,
+                                  engine_options: dict | None = None) -> float | None:
+    """Resident server bytes per entry for a server engine (None: not a server engine);
+    the redis engine's ``layout`` and ``pack_bits`` options decide its figure."""
+    if engine not in SERVER_MEMORY_BYTES_PER_BLOCK:
+        return None
+    opts = engine_options or {}
+    if engine == "redis" and opts.get("layout") == "packed":
+        try:
+            bits = int(opts.get("pack_bits", DEFAULT_PACK_BITS))
+        except (TypeError, ValueError):
+            bits = DEFAULT_PACK_BITS        # the engine refuses it with its own line
+        if entries <= PACKED_LISTPACK_ENTRIES * (1 << max(0, min(bits, 24))):
+            return PACKED_SERVER_MEMORY_BYTES_PER_BLOCK
+    return SERVER_MEMORY_BYTES_PER_BLOCK[engine]
 
 
 def strategy_memory_bytes(strategy: str, engine: str | None, entries: int, *,
-                          needs_store: bool = True, cache_bytes: int = 0) -> float:
+                          needs_store: bool = True, cache_bytes: int = 0,
+                          engine_options: dict | None = None) -> float:
     """Resident bytes of ``strategy`` (and an in-memory engine's store) at ``entries``."""
     mem = entries * MEMORY_BYTES_PER_BLOCK.get(strategy, DEFAULT_MEMORY_BYTES_PER_BLOCK)
     if needs_store and engine is not None:
+        server = server_memory_bytes_per_block(engine, entries, engine_options)
         if engine in IN_MEMORY_ENGINES:
             per = STORE_BYTES_PER_BLOCK.get(strategy, DEFAULT_STORE_BYTES_PER_BLOCK)
             mem += entries * per * 1.5
-        elif engine in SERVER_MEMORY_BYTES_PER_BLOCK:
-            mem += entries * SERVER_MEMORY_BYTES_PER_BLOCK[engine]
+        elif server is not None:
+            mem += entries * server
         else:
             mem += cache_bytes
     return mem
@@ -173,12 +201,12 @@ def sweep_need(entries: int, strategies, engine: str | None, *, cache_bytes: int
 
 
 def recover_need(entries: int, strategy: str, engine: str | None, *, cache_bytes: int,
-                 work_dir: str | None = None) -> Need:
+                 work_dir: str | None = None, engine_options: dict | None = None) -> Need:
     """``recover``: one build (its store, or a snapshot the size of its in-memory state)."""
     store = _needs_store(strategy)
     disk = store_disk_bytes(strategy, engine, entries, needs_store=store)
     mem = strategy_memory_bytes(strategy, engine, entries, needs_store=store,
-                                cache_bytes=cache_bytes)
+                                cache_bytes=cache_bytes, engine_options=engine_options)
     snapshot = entries * MEMORY_BYTES_PER_BLOCK.get(strategy, DEFAULT_MEMORY_BYTES_PER_BLOCK)
     # the recovery child holds a second copy of the in-memory state while the parent waits
     memory = BASE_RSS * 2 + mem + snapshot
