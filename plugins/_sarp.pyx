@@ -27,7 +27,7 @@ from libc.stdlib cimport calloc, free, malloc, realloc, qsort
 from libc.string cimport memmove, memcpy
 
 __all__ = ["LIVE", "NONE", "PENDING", "RoutingDirectory", "filters", "max_potential",
-           "record_ids"]
+           "overlay_cut", "overlay_revive", "record_ids"]
 
 cnp.import_array()
 
@@ -221,6 +221,127 @@ def record_ids(list raws, keys, Py_ssize_t S, Py_ssize_t meta_size):
             memcpy(&iv[c], p + HEADER, cv[i] * 8)
             c += cv[i]
     return counts, ids
+
+
+# ----------------------------------------------------------------------------- overlay
+cdef cnp.ndarray _carray(object obj, int typenum, int ndim, str what):
+    """``obj`` as an aligned, native, C-contiguous array of ``typenum`` with ``ndim``
+    dimensions (the caller's array untouched when it is one already)."""
+    cdef cnp.ndarray a
+    if cnp.PyArray_Check(obj):
+        a = <cnp.ndarray>obj
+        if (cnp.PyArray_TYPE(a) == typenum and cnp.PyArray_ISCARRAY_RO(a)
+                and cnp.PyArray_ISNOTSWAPPED(a) and cnp.PyArray_NDIM(a) == ndim):
+            return a
+    a = np.ascontiguousarray(obj, dtype=cnp.PyArray_DescrFromType(typenum))
+    if cnp.PyArray_NDIM(a) != ndim:
+        raise ValueError(f"{what}: expected a {ndim}-D array, got shape {(<object>a).shape}")
+    return a
+
+
+def overlay_cut(stored, Py_ssize_t n, live_found, live_metas, live_locs, dead_found,
+                bint defaults_dead):
+    """A match of ``n`` blocks whose stored metadata is ``stored[:n]``, corrected by
+    the tombstone and location tables (:class:`prefixbench.plugins.removal._Overlay`):
+    ``(cut, metas, locations)``.
+
+    ``live_found``/``live_metas``/``live_locs``: the location table's lookup of the
+    ``n`` blocks (None: the table is empty); ``dead_found``: the tombstone table's
+    (None: no tombstone).  A block is gone when it is not listed and is tombstoned
+    or ``defaults_dead``; ``cut`` is the first gone block (``n`` if none).  Blocks
+    before it take the listed metadata and bitmap where listed, else the stored
+    metadata on worker 0 (bitmap 1).  One pass, new arrays."""
+    cdef cnp.ndarray st = _carray(stored, cnp.NPY_UINT8, 2, "overlay_cut")
+    cdef Py_ssize_t ms = cnp.PyArray_DIM(st, 1), i, cut = n
+    if n < 0 or cnp.PyArray_DIM(st, 0) < n:
+        raise ValueError("overlay_cut: fewer stored records than blocks")
+    cdef const uint8_t* sp = <const uint8_t*>cnp.PyArray_DATA(st)
+    cdef const uint8_t* lf = NULL
+    cdef const uint8_t* lm = NULL
+    cdef const uint64_t* ll = NULL
+    cdef const uint8_t* df = NULL
+    cdef cnp.ndarray a, b, c, d
+    if live_found is not None:
+        a = _carray(live_found, cnp.NPY_BOOL, 1, "overlay_cut")
+        b = _carray(live_metas, cnp.NPY_UINT8, 2, "overlay_cut")
+        c = _carray(live_locs, cnp.NPY_UINT64, 1, "overlay_cut")
+        if (cnp.PyArray_DIM(a, 0) < n or cnp.PyArray_DIM(b, 0) < n or cnp.PyArray_DIM(c, 0) < n
+                or cnp.PyArray_DIM(b, 1) != ms):
+            raise ValueError("overlay_cut: location lookup does not cover the blocks")
+        lf = <const uint8_t*>cnp.PyArray_DATA(a)
+        lm = <const uint8_t*>cnp.PyArray_DATA(b)
+        ll = <const uint64_t*>cnp.PyArray_DATA(c)
+    if dead_found is not None:
+        d = _carray(dead_found, cnp.NPY_BOOL, 1, "overlay_cut")
+        if cnp.PyArray_DIM(d, 0) < n:
+            raise ValueError("overlay_cut: tombstone lookup does not cover the blocks")
+        df = <const uint8_t*>cnp.PyArray_DATA(d)
+    if defaults_dead or df != NULL:
+        for i in range(n):
+            if lf != NULL and lf[i]:
+                continue
+            if defaults_dead or df[i]:
+                cut = i
+                break
+    cdef cnp.npy_intp dims[2]
+    dims[0] = cut
+    dims[1] = ms
+    cdef cnp.ndarray out = cnp.PyArray_EMPTY(2, dims, cnp.NPY_UINT8, 0)
+    cdef cnp.ndarray locs = cnp.PyArray_EMPTY(1, dims, cnp.NPY_UINT64, 0)
+    cdef uint8_t* o = <uint8_t*>cnp.PyArray_DATA(out)
+    cdef uint64_t* lo = <uint64_t*>cnp.PyArray_DATA(locs)
+    with nogil:
+        if cut:
+            memcpy(o, sp, cut * ms)
+        for i in range(cut):
+            if lf != NULL and lf[i]:
+                memcpy(o + i * ms, lm + i * ms, ms)
+                lo[i] = ll[i]
+            else:
+                lo[i] = 1
+    return cut, out, locs
+
+
+def overlay_revive(live_found, dead_found, bint defaults_dead):
+    """For an insert on worker 0 of blocks with these lookups (None: that table is
+    empty): ``(listed, revived)`` - the positions whose metadata goes to the location
+    table (listed there already, tombstoned, or every block when ``defaults_dead``)
+    and those whose tombstone goes (tombstoned and not listed); None where there is
+    none (both lookups None: ``(None, None)``)."""
+    cdef const uint8_t* lf = NULL
+    cdef const uint8_t* df = NULL
+    cdef cnp.ndarray a, b
+    cdef Py_ssize_t n = -1, i, na = 0, nb = 0
+    if live_found is not None:
+        a = _carray(live_found, cnp.NPY_BOOL, 1, "overlay_revive")
+        n = cnp.PyArray_DIM(a, 0)
+        lf = <const uint8_t*>cnp.PyArray_DATA(a)
+    if dead_found is not None:
+        b = _carray(dead_found, cnp.NPY_BOOL, 1, "overlay_revive")
+        if n >= 0 and cnp.PyArray_DIM(b, 0) != n:
+            raise ValueError("overlay_revive: lookups of different lengths")
+        n = cnp.PyArray_DIM(b, 0)
+        df = <const uint8_t*>cnp.PyArray_DATA(b)
+    if n < 0:
+        return None, None
+    cdef cnp.npy_intp dims[1]
+    dims[0] = n
+    cdef cnp.ndarray listed = cnp.PyArray_EMPTY(1, dims, cnp.NPY_INT64, 0)
+    cdef cnp.ndarray revived = cnp.PyArray_EMPTY(1, dims, cnp.NPY_INT64, 0)
+    cdef int64_t* lv = <int64_t*>cnp.PyArray_DATA(listed)
+    cdef int64_t* rv = <int64_t*>cnp.PyArray_DATA(revived)
+    cdef bint inl, ind
+    with nogil:
+        for i in range(n):
+            inl = lf != NULL and lf[i] != 0
+            ind = df != NULL and df[i] != 0
+            if defaults_dead or inl or ind:
+                lv[na] = i
+                na += 1
+            if ind and not inl:
+                rv[nb] = i
+                nb += 1
+    return (listed[:na] if na else None), (revived[:nb] if nb else None)
 
 
 # ----------------------------------------------------------------------------- directory

@@ -16,7 +16,7 @@ import numpy as np
 from prefixbench.plugins import _segments_ref
 
 __all__ = ["LIVE", "NONE", "PENDING", "RoutingDirectory", "filters", "max_potential",
-           "record_ids"]
+           "overlay_cut", "overlay_revive", "record_ids"]
 
 #: states of an entry's pending child points (rematerialization, refinement)
 NONE, PENDING, LIVE = 0, 1, 2
@@ -109,6 +109,52 @@ def record_ids(raws, keys, S: int, meta_size: int):
         counts[i] = len(ids)
         parts.append(np.asarray(ids, dtype=np.uint64))
     return counts, (np.concatenate(parts) if parts else np.empty(0, np.uint64))
+
+
+def overlay_cut(stored, n: int, live_found, live_metas, live_locs, dead_found,
+                defaults_dead: bool):
+    """A match of ``n`` blocks corrected by the tombstone and location tables:
+    ``(cut, metas, locations)`` (see the compiled twin)."""
+    stored = np.asarray(stored, dtype=np.uint8)
+    if len(stored) < n:
+        raise ValueError("overlay_cut: fewer stored records than blocks")
+    in_live = (np.zeros(n, np.bool_) if live_found is None
+               else np.asarray(live_found, dtype=np.bool_))
+    if len(in_live) < n or (live_found is not None and (len(live_metas) < n
+                                                        or len(live_locs) < n)):
+        raise ValueError("overlay_cut: location lookup does not cover the blocks")
+    in_live = in_live[:n]
+    if dead_found is not None and len(dead_found) < n:
+        raise ValueError("overlay_cut: tombstone lookup does not cover the blocks")
+    if defaults_dead:
+        gone = ~in_live
+    elif dead_found is not None:
+        gone = np.asarray(dead_found, dtype=np.bool_)[:n] & ~in_live
+    else:
+        gone = np.zeros(n, np.bool_)
+    cut = int(np.argmax(gone)) if gone.any() else n
+    out = np.array(stored[:cut], dtype=np.uint8, copy=True)
+    locs = np.ones(cut, dtype=np.uint64)
+    if live_found is not None:
+        sel = in_live[:cut]
+        out[sel] = np.asarray(live_metas, dtype=np.uint8)[:cut][sel]
+        locs[sel] = np.asarray(live_locs, dtype=np.uint64)[:cut][sel]
+    return cut, out, locs
+
+
+def overlay_revive(live_found, dead_found, defaults_dead: bool):
+    """``(listed, revived)`` positions for an insert on worker 0 (see the compiled
+    twin); None where there is none."""
+    if live_found is None and dead_found is None:
+        return None, None
+    if live_found is not None and dead_found is not None and len(live_found) != len(dead_found):
+        raise ValueError("overlay_revive: lookups of different lengths")
+    n = len(live_found if live_found is not None else dead_found)
+    inl = np.zeros(n, np.bool_) if live_found is None else np.asarray(live_found, np.bool_)
+    ind = np.zeros(n, np.bool_) if dead_found is None else np.asarray(dead_found, np.bool_)
+    listed = np.flatnonzero(inl | ind | bool(defaults_dead))
+    revived = np.flatnonzero(ind & ~inl)
+    return (listed if len(listed) else None), (revived if len(revived) else None)
 
 
 class _Entry:

@@ -74,6 +74,9 @@ from prefixbench.plugins.strategy import (IndexStrategy, Match, as_block_ids, as
                                           check_worker)
 
 _blockhash = twins.load("prefixbench.plugins._blockhash")
+#: the overlay's compiled corrections (:func:`~prefixbench.plugins._sarp.overlay_cut`,
+#: :func:`~prefixbench.plugins._sarp.overlay_revive`), or their references
+_hot = twins.load("prefixbench.plugins._sarp")
 
 __all__ = ["TombstoneOverlay"]
 
@@ -239,21 +242,23 @@ class _Overlay:
 
     # ---------------------------------------------------------------- reads
     def apply(self, ids: np.ndarray, got: Match) -> Match:
-        """The strategy's answer ``got`` for ``ids`` corrected by the tables."""
+        """The strategy's answer ``got`` for ``ids`` corrected by the tables.
+
+        The location table is read before the tombstones (a revival writes it
+        before it clears the tombstone); an empty table is not read, which is
+        what reading it would say at that instant.  The correction itself is one
+        compiled pass (:func:`prefixbench.plugins._sarp.overlay_cut`)."""
         n = got.n_blocks
         q = ids[:n]
-        in_live, metas, locs = self.live.lookup(q, True)
-        if self.defaults_dead:
-            gone = ~in_live
-        elif len(self.dead):
-            gone = self.dead.lookup(q)[0] & ~in_live
-        else:
-            gone = np.zeros(n, dtype=np.bool_)
-        cut = int(np.argmax(gone)) if gone.any() else n
-        out = np.array(got.metas[:cut], dtype=np.uint8, copy=True)
-        sel = in_live[:cut]
-        out[sel] = metas[:cut][sel]
-        return Match(cut, out, np.where(sel, locs[:cut], _ONE))
+        in_live = metas = locs = None
+        if len(self.live):
+            in_live, metas, locs = self.live.lookup(q, True)
+        dead = None
+        if not self.defaults_dead and len(self.dead):
+            dead = self.dead.lookup(q)[0]
+        cut, out, locs = _hot.overlay_cut(got.metas, n, in_live, metas, locs, dead,
+                                          self.defaults_dead)
+        return Match(cut, out, locs)
 
     # ---------------------------------------------------------------- writes
     def before_insert(self, strategy, ids, metas, worker: int, match) -> int:
@@ -264,32 +269,38 @@ class _Overlay:
         k = 0
         if self.watch is not None:
             self.watch.append(np.array(ids, dtype=np.uint64, copy=True))
+        if worker == 0:
+            # (an empty table is not read: the lock held keeps it as it is)
+            listed, revived = _hot.overlay_revive(
+                self.live.lookup(ids)[0] if len(self.live) else None,
+                self.dead.lookup(ids)[0] if len(self.dead) else None, self.defaults_dead)
+            if self.defaults_dead and listed is None:
+                listed = np.arange(len(ids))
+            if listed is not None:
+                self.live.insert(ids[listed], metas[listed], 0)
+            if revived is not None:
+                self.dead.remove(ids[revived])
+            return k
         in_live = self.live.lookup(ids)[0]
         in_dead = self.dead.lookup(ids)[0] if len(self.dead) else np.zeros(len(ids), np.bool_)
-        if worker == 0:
-            sel = in_live | in_dead if not self.defaults_dead else np.ones(len(ids), np.bool_)
-            if sel.any():
-                self.live.insert(ids[sel], metas[sel], 0)
-        else:
-            rp = _recovery.REPLAYING
-            cap = len(ids)
-            if rp.on:           # the store may be ahead of the log: learn what the original did
-                cap = rp.pre_cap if rp.pre_cap is not None else 0
-            if not self.defaults_dead and cap and not in_live.all():
-                # worker 0 holds, by default, the stored blocks not yet listed: say so
-                # before this insert gives them a second location
-                # (the strategy's own match: the stored prefix with the stored
-                # metadata, tombstones not applied, as they are excluded here)
-                pre = _raw(match, strategy, ids)
-                k = min(pre.n_blocks, cap)
-                keep = ~in_live[:k] & ~in_dead[:k]
-                if keep.any():
-                    pm = np.asarray(pre.metas)[:k]
-                    self.live.insert(ids[:k][keep], pm[keep], 0)
-            self.live.insert(ids, metas, worker)
-        revived = in_dead & ~in_live if worker == 0 else in_dead
-        if revived.any():
-            self.dead.remove(np.ascontiguousarray(ids[revived]))
+        rp = _recovery.REPLAYING
+        cap = len(ids)
+        if rp.on:           # the store may be ahead of the log: learn what the original did
+            cap = rp.pre_cap if rp.pre_cap is not None else 0
+        if not self.defaults_dead and cap and not in_live.all():
+            # worker 0 holds, by default, the stored blocks not yet listed: say so
+            # before this insert gives them a second location
+            # (the strategy's own match: the stored prefix with the stored
+            # metadata, tombstones not applied, as they are excluded here)
+            pre = _raw(match, strategy, ids)
+            k = min(pre.n_blocks, cap)
+            keep = ~in_live[:k] & ~in_dead[:k]
+            if keep.any():
+                pm = np.asarray(pre.metas)[:k]
+                self.live.insert(ids[:k][keep], pm[keep], 0)
+        self.live.insert(ids, metas, worker)
+        if in_dead.any():           # every location it had was gone: it has one now
+            self.dead.remove(np.ascontiguousarray(ids[in_dead]))
         return k
 
     def remove(self, ids: np.ndarray, worker: int) -> int:
