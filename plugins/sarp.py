@@ -597,9 +597,15 @@ class SarpStrategy(TombstoneOverlay):
             if v > 0:
                 best_v, best_raw, best_id = v, kraw[k], int(kid[k])
             if len(cands):
-                # a set test: np.isin costs tens of microseconds on these short arrays
-                keep = np.fromiter((c not in known for c in cands.tolist()), dtype=bool,
-                                   count=len(cands))
+                # np.isin costs tens of microseconds on these short arrays: a compare per
+                # known record (one to three, from the match) or a set test for more
+                if len(kid) <= 8:
+                    keep = cands != kid[0]
+                    for t in range(1, len(kid)):
+                        keep &= cands != kid[t]
+                else:
+                    keep = np.fromiter((c not in known for c in cands.tolist()), dtype=bool,
+                                       count=len(cands))
                 if not keep.all():
                     cands, pots, filtered = cands[keep], pots[keep], True
         if j < 0:
@@ -1005,9 +1011,15 @@ class SarpStrategy(TombstoneOverlay):
                 if job is None:
                     return
                 if job is _RECLAIM_JOB:
-                    self._reclaim_queued = False
-                    if self._worker_error is None:
-                        self.reclaim()
+                    # (queued stays set until the pass is over: the tombstones removes
+                    # add meanwhile count towards the next pass, which the first remove
+                    # after this one starts if they are due - never a pass right behind
+                    # this one that would find next to nothing to do)
+                    try:
+                        if self._worker_error is None:
+                            self.reclaim()
+                    finally:
+                        self._reclaim_queued = False
                 elif self._worker_error is None:
                     epoch = self._reclaim_epoch
                     result = self._compute(job)
