@@ -110,12 +110,14 @@ def store_disk_bytes(strategy: str, engine: str | None, entries: int, *,
 #: entries; 216 B RSS, 198 B used_memory at 1e6); a cluster's replicas hold a second copy
 SERVER_MEMORY_BYTES_PER_BLOCK = {"redis": 215.0, "redis-cluster": 430.0}
 #: the same for the redis engine's ``layout=packed`` while its buckets stay listpacks
-#: (at most ``PACKED_LISTPACK_ENTRIES`` entries per bucket on average; measured 63 B
-#: RSS, 37 B used_memory per entry at 1e6 entries, pack_bits=16).  Fuller buckets
-#: become hash tables: the estimate falls back to the hash layout's figure
+#: (at most 4/5 of ``PACKED_LISTPACK_ENTRIES`` entries per bucket on average, so that
+#: hardly any bucket passes the limit; measured 46-63 B
+#: RSS, 31-37 B used_memory per entry at 1e6 entries, pack_bits 12-16), and once they
+#: are hash tables (measured 105 B RSS, 89 B used_memory, pack_bits 10: 977 per bucket)
 PACKED_SERVER_MEMORY_BYTES_PER_BLOCK = 65.0
-#: redis-server's default hash-max-listpack-entries
-PACKED_LISTPACK_ENTRIES = 128
+PACKED_TABLE_SERVER_MEMORY_BYTES_PER_BLOCK = 110.0
+#: hash-max-listpack-entries of Debian's redis-server 7.0 (CONFIG GET says 512)
+PACKED_LISTPACK_ENTRIES = 512
 #: the redis engine's default pack_bits
 DEFAULT_PACK_BITS = 16
 
@@ -132,8 +134,9 @@ def server_memory_bytes_per_block(engine: str, entries: int,
             bits = int(opts.get("pack_bits", DEFAULT_PACK_BITS))
         except (TypeError, ValueError):
             bits = DEFAULT_PACK_BITS        # the engine refuses it with its own line
-        if entries <= PACKED_LISTPACK_ENTRIES * (1 << max(0, min(bits, 24))):
+        if entries * 5 <= 4 * PACKED_LISTPACK_ENTRIES * (1 << max(0, min(bits, 24))):
             return PACKED_SERVER_MEMORY_BYTES_PER_BLOCK
+        return PACKED_TABLE_SERVER_MEMORY_BYTES_PER_BLOCK
     return SERVER_MEMORY_BYTES_PER_BLOCK[engine]
 
 
