@@ -367,6 +367,16 @@ def _check_key_arg(key, name: str) -> int:
     return k
 
 
+def scan_arrays_args(start, end, chunk) -> tuple[int, int | None, int]:
+    """``(start, end, entries per call)`` of a ``scan_arrays`` call, checked."""
+    lo = _check_key_arg(start, "start")
+    hi = None if end is None else _check_key_arg(end, "end")
+    limit = SCAN_BULK if chunk is None else int(chunk)
+    if not 1 <= limit <= SCAN_BULK_MAX:
+        raise ConfigError(f"scan chunk: {chunk!r} must be between 1 and {SCAN_BULK_MAX}")
+    return lo, hi, limit
+
+
 def lex_bounds(start: int, end: int | None) -> tuple[bytes, bytes]:
     return b"[" + encode_key(start), b"+" if end is None else b"(" + encode_key(end)
 
@@ -409,6 +419,40 @@ def take_rows(keys, values: bytes, lengths, order):
     total = int(lens.sum(dtype=np.int64))
     shift = np.repeat(starts[order] - out_starts, lens.astype(np.int64))
     return keys[order], buf[np.arange(total, dtype=np.int64) + shift].tobytes(), lens
+
+
+def bulk_hash_chunks(run, script, zkey: bytes, vkey: bytes, lo: int, end: int | None,
+                     limit: int):
+    """The bulk chunks of ``[lo, end)`` of one sorted set of members + hash of values
+    (``SCAN_BULK_LUA``), ``SCAN_BULK_PIPELINE`` calls per ``run(calls)`` (each call
+    ``(script, keys, args)``; ``run`` returns their replies in order)."""
+    stop = MAX_KEY + 1 if end is None else end
+    keys2 = [zkey, vkey]
+    first, seen, width = lo, 0, None
+    while lo < stop:
+        if width is None:
+            ranges = [(lo, stop)]
+        else:
+            ranges, a = [], lo
+            while a < stop and len(ranges) < SCAN_BULK_PIPELINE:
+                b = min(stop, a + width)
+                ranges.append((a, b))
+                a = b
+        calls = [(script, keys2, list(lex_bounds(a, None if b > MAX_KEY else b)) + [limit])
+                 for a, b in ranges]
+        for (a, b), (ks, vs, ls, w, n, last) in zip(ranges, run(calls)):
+            seen += n
+            if ks:
+                yield bulk_arrays(ks, vs, ls, w)
+            if n >= limit:              # more in [a, b): go on after its last member
+                k = decode_key(last)
+                if k == MAX_KEY:
+                    return
+                lo = k + 1
+                break
+            lo = b
+        # the next calls' key width: about 3/4 of a call's entries at the density seen
+        width = max(1, (lo - first) * (limit - limit // 4) // seen) if seen else stop - lo
 
 
 def server_files_bytes(config_get, info_get, local: bool) -> int:
@@ -607,11 +651,7 @@ class RedisStore(SegmentStore):
         order is kept and no entry is read twice into the output.  Each call is
         one consistent read; the whole scan, like :meth:`scan`, is not a snapshot.
         """
-        lo = _check_key_arg(start, "start")
-        hi = None if end is None else _check_key_arg(end, "end")
-        limit = SCAN_BULK if chunk is None else int(chunk)
-        if not 1 <= limit <= SCAN_BULK_MAX:
-            raise ConfigError(f"scan chunk: {chunk!r} must be between 1 and {SCAN_BULK_MAX}")
+        lo, hi, limit = scan_arrays_args(start, end, chunk)
         self._stats.scans += 1
         if hi is not None and hi <= lo:
             return iter(())
@@ -629,34 +669,8 @@ class RedisStore(SegmentStore):
         return self._call("scan", pipe.execute)
 
     def _bulk_hash(self, lo, end, limit):
-        stop = MAX_KEY + 1 if end is None else end
-        keys2 = [self._zkey, self._vkey]
-        first, seen, width = lo, 0, None
-        while lo < stop:
-            if width is None:
-                ranges = [(lo, stop)]
-            else:
-                ranges, a = [], lo
-                while a < stop and len(ranges) < SCAN_BULK_PIPELINE:
-                    b = min(stop, a + width)
-                    ranges.append((a, b))
-                    a = b
-            calls = [(self._bulk_script, keys2,
-                      list(lex_bounds(a, None if b > MAX_KEY else b)) + [limit])
-                     for a, b in ranges]
-            for (a, b), (ks, vs, ls, w, n, last) in zip(ranges, self._pipelined(calls)):
-                seen += n
-                if ks:
-                    yield bulk_arrays(ks, vs, ls, w)
-                if n >= limit:              # more in [a, b): go on after its last member
-                    k = decode_key(last)
-                    if k == MAX_KEY:
-                        return
-                    lo = k + 1
-                    break
-                lo = b
-            # the next calls' key width: about 3/4 of a call's entries at the density seen
-            width = max(1, (lo - first) * (limit - limit // 4) // seen) if seen else stop - lo
+        return bulk_hash_chunks(self._pipelined, self._bulk_script, self._zkey, self._vkey,
+                                lo, end, limit)
 
     def _bulk_packed(self, lo, end, limit):
         b = lo >> self._shift

@@ -9,6 +9,8 @@ over the masters.  There is one ordered index per bucket, never one global
 key on one node.  An ordered scan merges the per-bucket scans: because
 buckets are key ranges the merge is an ordered concatenation, bucket after
 bucket, each chunk one Lua script on its node (ZRANGEBYLEX + HMGET).
+``scan_arrays`` is its bulk form (numpy keys, one value buffer per chunk): the
+redis engine's bulk script, bucket by bucket.
 ``get_many`` is one HMGET per bucket touched, pipelined per node.
 
 Atomic write batches (the guarantee the conformance kit checks).  A batch
@@ -54,7 +56,8 @@ import time
 
 from prefixbench.engines.base import (SegmentStore, StoreConfig, check_options, chunked_scan,
                                       import_binding, int_option)
-from prefixbench.engines.redis import (INSTALL, NEEDS, SCAN_BATCH, SCAN_LUA, batch_commands,
+from prefixbench.engines.redis import (INSTALL, NEEDS, SCAN_BATCH, SCAN_BULK_LUA, SCAN_LUA,
+                                       batch_commands, bulk_hash_chunks, scan_arrays_args,
                                        check_aof, decode_chunk, is_local, lex_bounds,
                                        open_namespace, redact, server_error, server_files_bytes,
                                        transaction_error, write_marker)
@@ -159,6 +162,7 @@ class RedisClusterStore(SegmentStore):
                 self.url, socket_timeout=self._timeout, socket_connect_timeout=self._timeout,
                 require_full_coverage=True)
             self._scan_script = self._rc.register_script(SCAN_LUA)
+            self._bulk_script = self._rc.register_script(SCAN_BULK_LUA)
             if new:
                 write_marker(self.path, meta)
             with self._wlock:
@@ -455,6 +459,30 @@ class RedisClusterStore(SegmentStore):
         return decode_chunk(reply)
 
     def _scan(self, start, end):
+        for b, lo, hi in self._bucket_ranges(start, end):
+            yield from chunked_scan(lambda x, b=b, hi=hi: self._bucket_chunk(b, x, hi), lo, hi)
+
+    def scan_arrays(self, start: int = 0, end: int | None = None, chunk: int | None = None):
+        """The bulk ordered scan, as :meth:`prefixbench.engines.redis.RedisStore.scan_arrays`
+        (numpy keys and one value buffer per chunk): bucket after bucket, each bucket's
+        chunks one Lua call after another on its node."""
+        lo, hi, limit = scan_arrays_args(start, end, chunk)
+        self._stats.scans += 1
+        if hi is not None and hi <= lo:
+            return iter(())
+        return self._bulk(lo, hi, limit)
+
+    def _bulk(self, start, end, limit):
+        def run(calls):
+            return [self._call("scan", script, keys, args) for script, keys, args in calls]
+
+        for b, lo, hi in self._bucket_ranges(start, end):
+            yield from bulk_hash_chunks(run, self._bulk_script, self._zkeys[b], self._vkeys[b],
+                                        lo, hi, limit)
+
+    def _bucket_ranges(self, start, end):
+        """``(bucket, lo, hi)`` of every bucket ``[start, end)`` touches (``hi`` None: the
+        key space's end), in key order."""
         first = self._bucket(start)
         last = self.buckets - 1 if end is None or end == 0 else self._bucket(end - 1)
         for b in range(first, last + 1):
@@ -464,7 +492,7 @@ class RedisClusterStore(SegmentStore):
                 hi = end
             if hi is not None and lo >= hi:
                 continue
-            yield from chunked_scan(lambda x, b=b, hi=hi: self._bucket_chunk(b, x, hi), lo, hi)
+            yield b, lo, hi
 
     def _sync(self):
         self._call("sync", self._rc.ping)

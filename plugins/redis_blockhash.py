@@ -15,8 +15,8 @@ table from one ordered scan of it, in bulk inserts.  Its snapshot holds only
 a marker (the entry count): the store is the state, so a missing or corrupt
 snapshot is the same rebuild.
 
-The rebuild is bulk where the engine offers ``scan_arrays`` (the ``redis``
-engine: chunks of a numpy key array and one contiguous value buffer each,
+The rebuild is bulk where the engine offers ``scan_arrays`` (``redis`` and
+``redis-cluster``: chunks of a numpy key array and one contiguous value buffer each,
 decoded without a Python object per entry): every chunk goes to the table's
 bulk insert as it is.  Elsewhere, or with ``rebuild_scan=per-key``, it reads
 the generic ``scan()`` one item at a time into chunks of ``rebuild_chunk``

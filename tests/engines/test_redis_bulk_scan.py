@@ -9,10 +9,11 @@ import pytest
 import redis
 
 from prefixbench.engines.base import MAX_KEY, StoreConfig
-from prefixbench.engines.redis import RedisStore, take_rows
+from prefixbench.engines.redis import SCAN_BULK_MAX, RedisStore, take_rows
+from prefixbench.engines.redis_cluster import RedisClusterStore
 from prefixbench.errors import ConfigError, StoreError
 
-from redis_support import redis_always  # noqa: F401 - fixture
+from redis_support import cluster_always, redis_always  # noqa: F401 - fixtures
 
 LAYOUTS = [{"layout": "hash"}, {"layout": "packed", "pack_bits": 5},
            {"layout": "packed", "pack_bits": 10}]
@@ -25,6 +26,25 @@ def store(request, tmp_path, redis_always):
     yield s
     s.drop()
     s.close()
+
+
+@pytest.mark.parametrize("buckets", [1, 16])
+def test_cluster_bulk_scan_equals_the_per_key_scan(tmp_path, cluster_always, buckets):
+    s = RedisClusterStore(StoreConfig(path=str(tmp_path / "store"), durability="off",
+                                      options={"url": cluster_always.url,
+                                               "buckets": buckets}))
+    try:
+        assert list(s.scan_arrays()) == []
+        _fill(s, _random_items(6, 3000).items())
+        for start, end in RANGES:
+            want = list(s.scan(start, end))
+            for chunk in (None, 29):
+                assert _flat(s.scan_arrays(start, end, chunk)) == want, (start, end, chunk)
+        with pytest.raises(ConfigError, match="scan chunk"):
+            s.scan_arrays(0, None, SCAN_BULK_MAX + 1)
+    finally:
+        s.drop()
+        s.close()
 
 
 def _fill(store, items) -> None:

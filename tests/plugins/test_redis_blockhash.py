@@ -13,7 +13,7 @@ from prefixbench.plugins.conformance import StrategyConformance, branching_seque
 from prefixbench.plugins.redis_blockhash import RedisBlockHashStrategy
 from prefixbench.plugins.blockhash import SsdBlockHashStrategy
 
-from redis_support import redis_always, start  # noqa: F401 - fixtures
+from redis_support import cluster_always, redis_always, start  # noqa: F401 - fixtures
 
 
 class TestRedisBlockHashOnMemory(StrategyConformance):
@@ -96,14 +96,18 @@ def test_existing_blocks_keep_their_first_metadata():
     assert np.array_equal(s.match(ids).metas[:3], first[:3])
 
 
-@pytest.mark.parametrize("layout", [{"layout": "hash"}, {"layout": "packed", "pack_bits": 6}])
-def test_bulk_rebuild_equals_the_per_key_rebuild(tmp_path, redis_always, layout):
+@pytest.mark.parametrize("engine,layout", [("redis", {"layout": "hash"}),
+                                           ("redis", {"layout": "packed", "pack_bits": 6}),
+                                           ("redis-cluster", {"buckets": 8})])
+def test_bulk_rebuild_equals_the_per_key_rebuild(tmp_path, request, engine, layout):
     """The rebuild from the engine's bulk scan and from the per-key reference scan give
     the same table, entry for entry, and the same matches."""
     from prefixbench.engines.redis import RedisStore
+    from prefixbench.engines.redis_cluster import RedisClusterStore
+    server = request.getfixturevalue("redis_always" if engine == "redis" else "cluster_always")
     cfg = StoreConfig(path=str(tmp_path / "store"), durability="off",
-                      options={"url": redis_always.url, **layout})
-    store = RedisStore(cfg)
+                      options={"url": server.url, **layout})
+    store = (RedisStore if engine == "redis" else RedisClusterStore)(cfg)
     try:
         s = RedisBlockHashStrategy(store)
         seqs = _fill(s, n=120)
