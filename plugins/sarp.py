@@ -201,9 +201,23 @@ blocks (``prefixbench run -s sarp -e memory -w lmcache-agent --no-runner
 ~4,800 takes ~5 ms (32 passes in 0.17 s under cProfile), ~2 us per block
 freed.  On rocksdb with direct reads and the 10% cache rule, the mean remove
 was 1.2-1.7 ms per call on lmcache-agent (5,030-block pool, ~1,300 blocks a
-call) and 95-190 us on ultrachat (17,276 blocks, ~58 a call), load 4-9.  Passes start when the tombstones added since the last one reach
+call) and 95-190 us on ultrachat (17,276 blocks, ~58 a call), load 4-9.
+Ultrachat under that pool (``prefixbench run -s sarp -w ultrachat -e rocksdb
+--direct-io --cache-bytes 414634 --no-runner --pool-blocks 17276``, load
+1.7-2.3, three runs each beside the same command unbounded): 2,090-2,177
+requests/s against 2,427-2,778 unbounded (0.75-0.90 of it; 0.52-0.68 before
+the overlay's corrections were compiled and the candidate filter vectorised),
+mean remove 35-42 us a call.  The hit rate falls from 87.9% to 2.2% there, so
+nearly every insert stores its whole history again: about 2.75x the blocks
+of the unbounded run are written, as copies of the one segment left holding
+the shared prefix (reclamation deleted the rest), and that, with its
+registrations, is most of what the bounded run still pays (CPU time per
+request on the memory engine: match equal, insert about +55 us, and the
+background passes about 85 us of the other core).  Passes start when the
+tombstones added since the last one reach
 ``max(reclaim_after, half the blocks that pass kept)``, so the scan costs a
-few block tests per block freed.  Journal records every retained snapshot
+few block tests per block freed; removes during a pass do not queue another
+(the next remove after it starts one if it is due).  Journal records every retained snapshot
 covers are deleted after each pass (with no snapshot known, every
 reclamation record is, once its pass has synced).  Durable mode logs
 removes and the inserts made once the overlay is in use; the snapshot

@@ -242,6 +242,46 @@ def test_the_background_pass_starts_after_enough_removes():
     s.close()
 
 
+def test_removes_during_a_background_pass_queue_no_second_pass():
+    """A pass stays queued until it ends: removes made while it runs start none
+    behind it; the first remove after it that finds enough new tombstones does."""
+    s = new_sarp(backfill="background", reclaim_after=8)
+    seqs = branching_sequences(6, 30)
+    for i, q in enumerate(seqs):
+        s.insert(q, make_metas(q, i, MS))
+    running, release = threading.Event(), threading.Event()
+    real, calls = s.reclaim, []
+
+    def held_pass():
+        calls.append(1)
+        running.set()
+        assert release.wait(30)
+        return real()
+
+    s.reclaim = held_pass
+    fresh = iter(range(1 << 40, (1 << 40) + 10 ** 6))
+    def remove_new(n):                  # never-stored blocks: each costs one tombstone
+        s.remove(np.array([next(fresh) for _ in range(n)], dtype=np.uint64))
+
+    remove_new(8)
+    assert running.wait(30)
+    for _ in range(20):                 # far past due, while the pass is held
+        remove_new(8)
+    assert s._jobs.qsize() == 0
+    release.set()
+    s.drain()
+    assert len(calls) == 1
+    for _ in range(200):                # until enough new tombstones are due again
+        remove_new(8)
+        s.drain()
+        if len(calls) > 1:
+            break
+    assert len(calls) == 2
+    for q in seqs:                      # nothing stored went missing on the way
+        assert s.match(q).n_blocks == len(q)
+    s.close()
+
+
 # ----------------------------------------------------------------------------- threads
 def test_threads_race_reclamation_and_never_see_a_removed_block():
     """Matchers and an inserter run while passes retire records and tombstones: no
