@@ -324,7 +324,8 @@ def preflight(spec: RecoverSpec) -> None:
     """Refuse a build that will not fit the disk or memory (before anything is made)."""
     from prefixbench.harness import preflight as pf
     need = pf.recover_need(spec.entries, spec.strategy, spec.engine,
-                           cache_bytes=spec.cache_bytes, work_dir=spec.work_dir)
+                           cache_bytes=spec.cache_bytes, work_dir=spec.work_dir,
+                           engine_options=spec.engine_options)
     pf.check(f"recover: -n {fmt_count(spec.entries)}", need, "-n", force=spec.force)
 
 
