@@ -24,6 +24,7 @@ import os
 import types
 
 from prefixbench.errors import ConfigError
+from prefixbench.units import yes_no
 
 __all__ = ["ENV_VAR", "IMPLEMENTATION", "PURE", "TWINS", "compiled", "is_compiled", "load",
            "pure_requested", "reference"]
@@ -46,7 +47,7 @@ ENV_VAR = "PREFIXBENCH_PURE"
 def pure_requested(environ=None) -> bool:
     """True when ``PREFIXBENCH_PURE`` asks for the pure-Python references (1/true/yes/on)."""
     v = (os.environ if environ is None else environ).get(ENV_VAR, "")
-    return v.strip().lower() in ("1", "true", "yes", "on")
+    return yes_no(v.strip()) is True
 
 
 #: True when this process runs the pure-Python references

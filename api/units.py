@@ -1,4 +1,4 @@
-"""Sizes as people write them (64MiB, 1G, 4096).
+"""Sizes as people write them (64MiB, 1G, 4096), and yes/no words.
 
 Digits are ASCII only and the number is read exactly (no float rounding, so
 ``99999999999999999999`` is that many bytes); a fraction of a byte rounds
@@ -48,3 +48,14 @@ def int_in_range(name: str, value, lo: int, hi: int) -> int:
     if not lo <= x <= hi:
         raise ConfigError(f"option {name}: must be in [{lo}, {hi}], got {x}")
     return x
+
+
+_YES = frozenset(("1", "true", "yes", "on"))
+_NO = frozenset(("0", "false", "no", "off"))
+
+
+def yes_no(text) -> bool | None:
+    """1/true/yes/on -> True, 0/false/no/off -> False (any case); None for anything
+    else, which each caller refuses in its own words."""
+    word = str(text).lower()
+    return True if word in _YES else False if word in _NO else None

@@ -23,7 +23,7 @@ from typing import Iterable, Iterator, Sequence
 
 from prefixbench import phases as _phases
 from prefixbench.errors import ConfigError, MissingDependencyError, StoreError
-from prefixbench.units import parse_size
+from prefixbench.units import parse_size, yes_no
 
 _KEY = struct.Struct(">Q")
 MAX_KEY = (1 << 64) - 1
@@ -217,8 +217,8 @@ class SegmentStore(abc.ABC):
         self.write_items(list(items))
 
     def write_items(self, puts: Sequence[tuple[int, bytes]], deletes: Sequence[int] = ()) -> None:
-        puts = [(_check_key(k), bytes(v)) for k, v in puts]
-        deletes = [_check_key(k) for k in deletes]
+        puts = [(check_key(k), bytes(v)) for k, v in puts]
+        deletes = [check_key(k) for k in deletes]
         try:
             if _phases._ON:
                 _phases.storage_call(self._write, puts, deletes)
@@ -250,7 +250,7 @@ class SegmentStore(abc.ABC):
     def scan(self, start: int = 0, end: int | None = None) -> Iterator[tuple[int, bytes]]:
         """Items with ``start <= key < end`` in increasing key order."""
         self._stats.scans += 1
-        it = self._scan(_check_key(start), None if end is None else _check_key(end))
+        it = self._scan(check_key(start), None if end is None else check_key(end))
         return _timed_items(it) if _phases._ON else it
 
     def sync(self) -> None:
@@ -348,11 +348,16 @@ def _timed_items(it: Iterator) -> Iterator:
         yield item
 
 
-def _check_key(key) -> int:
+def check_key(key, what: str | None = None) -> int:
+    """``key`` as an int in the u64 key space; a ValueError otherwise (naming ``what``,
+    e.g. "scan start", when given)."""
     k = int(key)
     if not 0 <= k <= MAX_KEY:
+        if what:
+            raise ValueError(f"{what}: {key!r} is not an unsigned 64-bit key")
         raise ValueError(f"key {key!r} is not an unsigned 64-bit integer")
     return k
+
 
 
 def allocated_bytes(path: str) -> int:
@@ -424,12 +429,11 @@ def bool_option(opts: dict, name: str, default: bool) -> bool:
     value = opts.get(name, default)
     if isinstance(value, bool):
         return value
-    word = str(value).strip().lower()
-    if word in ("1", "true", "yes", "on"):
-        return True
-    if word in ("0", "false", "no", "off"):
-        return False
-    raise ConfigError(f"option {name}: {value!r} is not one of true/false, yes/no, on/off, 1/0")
+    flag = yes_no(value)
+    if flag is None:
+        raise ConfigError(f"option {name}: {value!r} is not one of true/false, yes/no, on/off, "
+                          "1/0")
+    return flag
 
 
 def int_option(opts: dict, name: str, default: int, minimum: int, size: bool = False) -> int:

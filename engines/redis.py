@@ -92,8 +92,9 @@ import numpy as np
 
 from prefixbench import phases as _phases
 from prefixbench.engines.base import (MAX_KEY, SCAN_CHUNK, SegmentStore, StoreConfig,
-                                      allocated_bytes, check_options, chunked_scan, decode_key,
-                                      encode_key, import_binding, int_option, prepare_store_dir)
+                                      allocated_bytes, check_key, check_options, chunked_scan,
+                                      decode_key, encode_key, import_binding, int_option,
+                                      prepare_store_dir)
 from prefixbench.errors import ConfigError, StoreError
 from prefixbench.hookspecs import hookimpl
 
@@ -188,6 +189,9 @@ return {table.concat(ks), table.concat(vs), lens, w}
 #: ``hash``: one hash of values + one sorted set of keys per store; ``packed``: the
 #: values in 2**pack_bits small hashes by the keys' top bits, no sorted set
 LAYOUTS = ("hash", "packed")
+#: ``pack_bits`` of ``layout=packed``: the default and the largest allowed
+DEFAULT_PACK_BITS = 16
+MAX_PACK_BITS = 24
 #: buckets read per pipeline by a packed scan
 PACKED_SCAN_BUCKETS = 256
 
@@ -360,17 +364,10 @@ def batch_commands(vkey, zkey, puts, deletes) -> list[tuple]:
     return cmds
 
 
-def _check_key_arg(key, name: str) -> int:
-    k = int(key)
-    if not 0 <= k <= MAX_KEY:
-        raise ValueError(f"scan {name}: {key!r} is not an unsigned 64-bit key")
-    return k
-
-
 def scan_arrays_args(start, end, chunk) -> tuple[int, int | None, int]:
     """``(start, end, entries per call)`` of a ``scan_arrays`` call, checked."""
-    lo = _check_key_arg(start, "start")
-    hi = None if end is None else _check_key_arg(end, "end")
+    lo = check_key(start, "scan start")
+    hi = None if end is None else check_key(end, "scan end")
     limit = SCAN_BULK if chunk is None else int(chunk)
     if not 1 <= limit <= SCAN_BULK_MAX:
         raise ConfigError(f"scan chunk: {chunk!r} must be between 1 and {SCAN_BULK_MAX}")
@@ -482,9 +479,9 @@ class RedisStore(SegmentStore):
         layout = opts.get("layout", "hash")
         if layout not in LAYOUTS:
             raise ConfigError(f"option layout: {layout!r} is not one of {', '.join(LAYOUTS)}")
-        bits = int_option(opts, "pack_bits", 16, 1)
-        if bits > 24:
-            raise ConfigError(f"option pack_bits: {bits} must be between 1 and 24")
+        bits = int_option(opts, "pack_bits", DEFAULT_PACK_BITS, 1)
+        if bits > MAX_PACK_BITS:
+            raise ConfigError(f"option pack_bits: {bits} must be between 1 and {MAX_PACK_BITS}")
         redis = import_binding(self.name, "redis", INSTALL)
         self._ex = redis.exceptions
         self.path, self.url, meta, new = open_namespace(

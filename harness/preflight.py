@@ -118,8 +118,6 @@ PACKED_SERVER_MEMORY_BYTES_PER_BLOCK = 65.0
 PACKED_TABLE_SERVER_MEMORY_BYTES_PER_BLOCK = 110.0
 #: hash-max-listpack-entries of Debian's redis-server 7.0 (CONFIG GET says 512)
 PACKED_LISTPACK_ENTRIES = 512
-#: the redis engine's default pack_bits
-DEFAULT_PACK_BITS = 16
 
 
 def server_memory_bytes_per_block(engine: str, entries: int,
@@ -130,11 +128,12 @@ def server_memory_bytes_per_block(engine: str, entries: int,
         return None
     opts = engine_options or {}
     if engine == "redis" and opts.get("layout") == "packed":
+        from prefixbench.engines.redis import DEFAULT_PACK_BITS, MAX_PACK_BITS
         try:
             bits = int(opts.get("pack_bits", DEFAULT_PACK_BITS))
         except (TypeError, ValueError):
             bits = DEFAULT_PACK_BITS        # the engine refuses it with its own line
-        if entries * 5 <= 4 * PACKED_LISTPACK_ENTRIES * (1 << max(0, min(bits, 24))):
+        if entries * 5 <= 4 * PACKED_LISTPACK_ENTRIES * (1 << max(0, min(bits, MAX_PACK_BITS))):
             return PACKED_SERVER_MEMORY_BYTES_PER_BLOCK
         return PACKED_TABLE_SERVER_MEMORY_BYTES_PER_BLOCK
     return SERVER_MEMORY_BYTES_PER_BLOCK[engine]

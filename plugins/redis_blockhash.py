@@ -63,17 +63,21 @@ def per_key_chunks(store, chunk: int):
     read one at a time from the generic ``scan()``: the reference for a bulk scan."""
     keys: list[int] = []
     vals: list[bytes] = []
+
+    def taken():
+        out = (np.array(keys, dtype=np.uint64), b"".join(vals),
+               np.array([len(v) for v in vals], dtype=np.uint32))
+        keys.clear()
+        vals.clear()
+        return out
+
     for k, v in store.scan():
         keys.append(k)
         vals.append(v)
         if len(keys) >= chunk:
-            yield (np.array(keys, dtype=np.uint64), b"".join(vals),
-                   np.array([len(v) for v in vals], dtype=np.uint32))
-            keys.clear()
-            vals.clear()
+            yield taken()
     if keys:
-        yield (np.array(keys, dtype=np.uint64), b"".join(vals),
-               np.array([len(v) for v in vals], dtype=np.uint32))
+        yield taken()
 
 
 def store_chunks(store, chunk: int, how: str = "bulk"):

@@ -86,6 +86,7 @@ import numpy as np
 from prefixbench.engines.base import SegmentStore
 from prefixbench.errors import ConfigError
 from prefixbench.plugins import recovery as _recovery
+from prefixbench.units import yes_no
 
 META_SIZE = 16
 EMPTY_IDS = np.empty(0, dtype=np.uint64)
@@ -135,9 +136,9 @@ class Option:
         kind = type(self.default)
         try:
             if kind is bool and isinstance(value, str):
-                if value.lower() not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
+                v = yes_no(value)
+                if v is None:
                     raise ValueError(value)
-                v = value.lower() in ("1", "true", "yes", "on")
             else:
                 v = kind(value)
         except (TypeError, ValueError, OverflowError):
