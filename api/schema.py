@@ -432,6 +432,17 @@ FIGURES: tuple = tuple([
     Figure("store-log-bytes", "bytes", "space", "the engine's WAL/journal bytes"),
     Figure("store-memory-outside-budget-bytes", "bytes", "memory",
            "engine memory the cache budget does not bound (RocksDB index and filters)"),
+    Figure("store-device-reads-per-request", "count", "store", "reads the engine made from "
+           "its files per timed request (RocksDB statistics; background read-aheads too)",
+           "lower"),
+    Figure("store-cache-hits-per-request", "count", "store", "the engine's data-cache hits "
+           "per timed request"),
+    Figure("store-memtable-hits-per-request", "count", "store", "reads the engine's write "
+           "buffer answered per timed request"),
+    Figure("store-compaction-bytes", "bytes", "store", "bytes compactions read and wrote "
+           "during the timed requests", "lower"),
+    Figure("store-flush-bytes", "bytes", "store", "bytes flushes wrote during the timed "
+           "requests"),
     Figure("store-logical-bytes", "bytes", "space", "live keys + values the index stored"),
     Figure("store-records", "count", "space", "records in the store"),
     Figure("space-amplification", "ratio", "space", "disk bytes / logical bytes", "lower"),

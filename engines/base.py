@@ -279,6 +279,18 @@ class SegmentStore(abc.ABC):
         readers: index and filter blocks); 0 where the engine keeps none or cannot say."""
         return 0
 
+    #: what :meth:`io_counters` reports, in this order
+    IO_COUNTERS = ("device_reads", "cache_hits", "memtable_hits", "compaction_bytes",
+                   "flush_bytes")
+
+    def io_counters(self) -> dict | None:
+        """Where the engine served reads and what its background work moved, each
+        cumulative since open: ``{name: count}`` over :attr:`IO_COUNTERS` (reads from
+        its files, data-cache hits, write-buffer hits, compaction and flush bytes).
+        A harness takes the difference around a timed run.  None where the engine
+        keeps no such counters or they are off."""
+        return None
+
     def disk_usage(self) -> dict:
         """``{"data_bytes", "log_bytes"}``: allocated blocks, the engine's logs apart.
 

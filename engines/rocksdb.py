@@ -25,11 +25,20 @@ retried with a back-off of at most 1 ms, so a flush that ends is seen within
 with one line naming the store.  A write sent the ordinary way into a stop on
 a full disk waits forever inside the binding, where no signal reaches it.
 
+Where reads are served: option ``statistics=true`` turns on RocksDB's
+statistics, and :meth:`io_counters` reads from them the file reads (the
+last- and non-last-level read counts, background read-aheads included), the
+block-cache data hits, the memtable hits and the bytes compactions and flushes
+moved, so a run can say how many of its reads went to the device.  It is off by
+default because the counters cost a little on every call.
+
 Options: ``write_buffer_bytes``, ``background_jobs`` (default 4),
-``write_stall_seconds``, ``index_in_cache`` (default false).
+``write_stall_seconds``, ``index_in_cache`` (default false), ``statistics``
+(default false).
 """
 from __future__ import annotations
 
+import re
 import threading
 import time
 
@@ -51,7 +60,17 @@ from prefixbench.errors import ConfigError, StoreError
 from prefixbench.hookspecs import hookimpl
 
 _PACK = encode_key
-_OPTIONS = {"write_buffer_bytes", "background_jobs", "write_stall_seconds", "index_in_cache"}
+_OPTIONS = {"write_buffer_bytes", "background_jobs", "write_stall_seconds", "index_in_cache",
+            "statistics"}
+#: io_counters() name -> the RocksDB tickers it adds up
+_TICKERS = {
+    "device_reads": ("rocksdb.last.level.read.count", "rocksdb.non.last.level.read.count"),
+    "cache_hits": ("rocksdb.block.cache.data.hit",),
+    "memtable_hits": ("rocksdb.memtable.hit",),
+    "compaction_bytes": ("rocksdb.compact.read.bytes", "rocksdb.compact.write.bytes"),
+    "flush_bytes": ("rocksdb.flush.write.bytes",),
+}
+_TICKER_LINE = re.compile(r"^(rocksdb\.[a-z0-9.]+) COUNT : (\d+)$", re.M)
 _MIN_WRITE_BUFFER = 64 << 10
 
 
@@ -75,6 +94,7 @@ class RocksDBStore(SegmentStore):
         jobs = int_option(opts, "background_jobs", 4, 1)
         self.write_stall_seconds = int_option(opts, "write_stall_seconds", 30, 1)
         self.index_in_cache = bool_option(opts, "index_in_cache", False)
+        self.statistics = bool_option(opts, "statistics", False)
         self.block_cache_bytes = config.cache_bytes - memtable
         self.write_buffer_bytes = max(memtable // 2, _MIN_WRITE_BUFFER)
         self.path = prepare_store_dir(config.path, config.create, self.name, "CURRENT")
@@ -95,6 +115,9 @@ class RocksDBStore(SegmentStore):
         o.set_max_write_buffer_number(2)
         o.set_max_background_jobs(jobs)
         o.set_keep_log_file_num(2)
+        if self.statistics:
+            o.enable_statistics()
+        self._options = o
         if config.direct_io:
             o.set_use_direct_reads(True)
             o.set_use_direct_io_for_flush_and_compaction(True)
@@ -184,6 +207,12 @@ class RocksDBStore(SegmentStore):
         if self.index_in_cache:
             return 0
         return int(self._db.property_int_value("rocksdb.estimate-table-readers-mem") or 0)
+
+    def io_counters(self):
+        if not self.statistics:
+            return None
+        counts = {name: int(n) for name, n in _TICKER_LINE.findall(self._options.get_statistics())}
+        return {key: sum(counts.get(t, 0) for t in tickers) for key, tickers in _TICKERS.items()}
 
     def _size_on_disk(self):
         return allocated_bytes(self.path)

@@ -16,6 +16,10 @@ The counts suite gets ``match-phase-switches`` and ``insert-phase-switches``
 over the mean match latency), ``breakdown_overhead_insert`` and
 ``breakdown_pair_ns``.
 
+Where the engine keeps I/O counters (RocksDB with ``statistics=true``) the counts
+suite gets :data:`IO_FIGURES`: file reads, cache hits and memtable hits per
+request, and the compaction and flush bytes of the timed requests.
+
 A bounded-pool run (``--pool-blocks``, :mod:`prefixbench.harness.pools`) adds
 ``remove-latency-{mean,p50,p90,p99,p999,max}`` (per remove call) to the times and
 :data:`POOL_COUNT_FIGURES` (evictions and removals per request, the any-worker
@@ -70,6 +74,28 @@ COUNT_FIGURES = (
     ("store-logical-bytes", "byte", lambda r: r.logical_bytes),
     ("store-records", "integer", lambda r: r.store_records),
     ("space-amplification", "integer", lambda r: r.space_amplification),
+)
+
+
+def _per_request(key: str, res: ReplayResult):
+    io = res.store_io
+    return io[key] / res.requests if key in io and res.requests else None
+
+
+def _io_total(key: str, res: ReplayResult):
+    return res.store_io.get(key)
+
+
+#: the engine's I/O counters over the timed requests; only where the engine keeps
+#: them (RocksDB with statistics=true), so each figure may be absent
+IO_FIGURES = (
+    ("store-device-reads-per-request", "integer",
+     functools.partial(_per_request, "device_reads")),
+    ("store-cache-hits-per-request", "integer", functools.partial(_per_request, "cache_hits")),
+    ("store-memtable-hits-per-request", "integer",
+     functools.partial(_per_request, "memtable_hits")),
+    ("store-compaction-bytes", "byte", functools.partial(_io_total, "compaction_bytes")),
+    ("store-flush-bytes", "byte", functools.partial(_io_total, "flush_bytes")),
 )
 
 
@@ -326,6 +352,7 @@ def _replay_suites(res: ReplayResult, metadata: dict) -> tuple[list, list]:
         times += [_one_shot(n, "second", f(res), md) for n, f in POOL_TIME_FIGURES]
     times += [_one_shot(n, "second", v, md) for n, v in breakdown_figures(res)]
     counts = [_one_shot(n, u, f(res), md) for n, u, f in COUNT_FIGURES]
+    counts += [_one_shot(n, u, v, md) for n, u, f in IO_FIGURES if (v := f(res)) is not None]
     counts += [_one_shot(n, u, v, md) for n, u, v in strategy_figures(res.strategy_stats)]
     if res.pool:
         counts += [_one_shot(n, u, f(res), md) for n, u, f in POOL_COUNT_FIGURES]

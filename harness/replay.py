@@ -51,6 +51,19 @@ def _reads(store) -> int:
     return store.stats().reads if store is not None else 0
 
 
+def _io(store) -> dict | None:
+    """The engine's I/O counters now (None without a store or counters)."""
+    return store.io_counters() if store is not None else None
+
+
+def _io_since(store, before: dict | None) -> dict:
+    """What the engine's I/O counters moved since ``before`` (empty without them)."""
+    after = _io(store)
+    if before is None or after is None:
+        return {}
+    return {k: after[k] - before.get(k, 0) for k in after}
+
+
 @dataclass
 class ReplayResult:
     requests: int = 0
@@ -98,6 +111,9 @@ class ReplayResult:
     #: (requests so far, index entries, blocks held in all pools), sampled
     entries_series: list = field(default_factory=list)
     pool_held: int = 0                # blocks held in all pools at the end
+    #: the engine's I/O counters over the timed requests (SegmentStore.io_counters,
+    #: e.g. RocksDB with statistics=true); empty where the engine keeps none
+    store_io: dict = field(default_factory=dict)
 
     # ---- derived figures ----------------------------------------------
     @property
@@ -219,6 +235,7 @@ def replay(strategy: IndexStrategy, workload: Workload, *, oracle: IndexStrategy
     bar = progress(total, desc, quiet)
     next_status = t_wall + status_every
     i = 0
+    io0 = _io(store)
     bd = _Breakdown(total) if breakdown else None      # clocks on from here to finally
     try:
         for req in workload.requests():
@@ -268,6 +285,7 @@ def replay(strategy: IndexStrategy, workload: Workload, *, oracle: IndexStrategy
         if bd:
             bd.stop()
     res.wall_seconds = time.perf_counter() - t_wall
+    res.store_io = _io_since(store, io0)
     res.requests = i
     res.match_ns = match_ns[:i]
     res.insert_ns = insert_ns[:i]
@@ -385,6 +403,7 @@ def replay_threaded(strategy: IndexStrategy, workload: Workload, *, threads: int
     got: list = [None] * total
     store = strategy.store
     reads0 = _reads(store)
+    io0 = _io(store)
     clock = time.perf_counter_ns
     starts = np.zeros(threads, dtype=np.int64)
     ends = np.zeros(threads, dtype=np.int64)
@@ -453,6 +472,7 @@ def replay_threaded(strategy: IndexStrategy, workload: Workload, *, threads: int
         bd.finish(res, total)
     if store is not None:
         res.store_reads_in_match = _reads(store) - reads0   # match and insert reads
+    res.store_io = _io_since(store, io0)
     block_size = workload.block_size
     if oracle is None and check:
         oracle = make_oracle(meta_size)

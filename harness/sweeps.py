@@ -744,6 +744,16 @@ def _breakdown_kw(cfg: SweepConfig) -> dict:
     return {"breakdown": True} if cfg.breakdown else {}
 
 
+def _run_engine_options(cfg: SweepConfig) -> dict:
+    """The engine options a timed setting runs with: a breakdown on RocksDB turns on
+    its statistics too (unless the user set them), so the breakdown can say how many
+    reads reached the device."""
+    opts = dict(cfg.engine_options)
+    if cfg.breakdown and cfg.engine == "rocksdb":
+        opts.setdefault("statistics", "true")
+    return opts
+
+
 class _Tail:
     """A workload of the next ``n`` requests of a shared request iterator: the run
     phase after the load phase consumed the first part (the trace is made once)."""
@@ -908,7 +918,7 @@ def run_setting(cfg: SweepConfig, setting: Setting, workload, cache_bytes: int, 
     desc = desc or setting.label
     built = build(setting.strategy, cfg.engine, strategy_options=setting.options,
                   store_dir=None, cache_bytes=cache_bytes, direct_io=cfg.direct_io,
-                  durability=cfg.durability, engine_options=cfg.engine_options,
+                  durability=cfg.durability, engine_options=_run_engine_options(cfg),
                   block_tokens=workload.block_size)
     oracle = make_oracle(built.strategy.meta_size)
     try:

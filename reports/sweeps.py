@@ -469,7 +469,38 @@ def breakdown(res) -> str | None:
     rows = [(s, SuiteReplay(res, s, t)) for s in settings(res)]
     if not any(r.breakdown for _, r in rows):
         return None
-    return "where the time goes (paper Fig. 7)\n" + format_breakdown(rows)
+    out = "where the time goes (paper Fig. 7)\n" + format_breakdown(rows)
+    reads = _io_table(res, t)
+    return out + ("\n\n" + reads if reads else "")
+
+
+#: (column, figure, how to show its median) of the engine's I/O counters table
+_IO_COLUMNS = (
+    ("file reads/request", "store-device-reads-per-request", lambda v: f"{v:.2f}"),
+    ("cache hits/request", "store-cache-hits-per-request", lambda v: f"{v:.2f}"),
+    ("memtable hits/request", "store-memtable-hits-per-request", lambda v: f"{v:.2f}"),
+    ("compaction bytes", "store-compaction-bytes", fmt_bytes),
+    ("flush bytes", "store-flush-bytes", fmt_bytes),
+)
+
+
+def _io_table(res, threads) -> str | None:
+    """Where each setting's reads were served, from the engine's own counters (None
+    when no setting has them)."""
+    rows = []
+    for s in settings(res):
+        got = [res.get(fig, s, threads) for _c, fig, _f in _IO_COLUMNS]
+        if all(g is None for g in got):
+            continue
+        rows.append((s, *(cell(g, f) for (_c, _fig, f), g in zip(_IO_COLUMNS, got))))
+    if not rows:
+        return None
+    return ("where the reads were served (the engine's counters over the timed requests; "
+            "RocksDB statistics, on with --breakdown)\n"
+            + format_table(("strategy",) + tuple(c for c, _f, _g in _IO_COLUMNS), rows)
+            + "\nfile reads: reads from the engine's files, a compaction's read-aheads "
+              "included; cache hits: data blocks found in the block cache; the byte columns "
+              "are what compactions read and wrote and flushes wrote during those requests")
 
 
 def _capacity_text(pool_blocks) -> str:

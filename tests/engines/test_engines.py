@@ -205,6 +205,38 @@ def test_rocksdb_index_in_cache_takes_only_yes_or_no(tmp_path):
     assert not (tmp_path / "s").exists()
 
 
+def test_rocksdb_io_counters_say_where_reads_were_served(tmp_path):
+    """With ``statistics`` on, a get the memtable answers counts as a memtable hit,
+    a get of a flushed key as a file read or a cache hit, and a flush counts bytes."""
+    path = str(tmp_path / "s")
+    with RocksDBStore(StoreConfig(path=path, durability="off", cache_bytes=1 << 20,
+                                  options={"statistics": "true"})) as s:
+        start = s.io_counters()
+        assert set(start) == set(s.IO_COUNTERS)
+        s.put_many((i, bytes(100)) for i in range(1, 2000))
+        assert s.get(5) == bytes(100)
+        mid = s.io_counters()
+        assert mid["memtable_hits"] == start["memtable_hits"] + 1
+        assert mid["flush_bytes"] == start["flush_bytes"]
+        s.flush()
+        flushed = s.io_counters()
+        assert flushed["flush_bytes"] > mid["flush_bytes"]
+        assert s.get_many([7, 1500]) == [bytes(100), bytes(100)]
+        after = s.io_counters()
+        assert after["memtable_hits"] == flushed["memtable_hits"]
+        served = (after["device_reads"] - flushed["device_reads"]
+                  + after["cache_hits"] - flushed["cache_hits"])
+        assert served >= 2, after
+
+
+def test_rocksdb_io_counters_are_off_by_default_and_take_only_yes_or_no(tmp_path):
+    with RocksDBStore(StoreConfig(path=str(tmp_path / "a"))) as s:
+        assert s.io_counters() is None
+    with pytest.raises(ConfigError, match="statistics.*'loud'"):
+        RocksDBStore(StoreConfig(path=str(tmp_path / "b"), options={"statistics": "loud"}))
+    assert not (tmp_path / "b").exists()
+
+
 # ----- WiredTiger ------------------------------------------------------------
 
 def test_wiredtiger_size_on_disk_leaves_out_preallocated_logs(tmp_path):

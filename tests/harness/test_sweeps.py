@@ -494,6 +494,33 @@ def test_breakdown_table_under_the_sweep(run_cli):
     assert "sarp" in tail and "dram-blockhash" in tail and "clock overhead" in tail
 
 
+def test_breakdown_on_rocksdb_says_where_the_reads_were_served(run_cli, tmp_path):
+    """A breakdown on RocksDB turns its statistics on: the counts suites carry the
+    file reads, cache and memtable hits per request, and the sweep prints them."""
+    out_json = str(tmp_path / "sw.json")
+    code, out, err = run_cli("--quiet", "sweep", "strategies", "-w", "codeact", "-W",
+                             "sessions=10", "--strategies", "sarp,ssd-blockhash", "-e",
+                             "rocksdb", "--cache-bytes", "1MiB", "--breakdown", "-o", out_json)
+    assert code == 0, err
+    _, _, reads = out.partition("where the reads were served")
+    assert "file reads/request" in reads and "sarp" in reads and "ssd-blockhash" in reads
+    from prefixbench.reports.results import load
+    res = load(out_json)
+    for s in ("sarp", "ssd-blockhash"):
+        served = sum(r.median for r in (res.get(f, s) for f in (
+            "store-device-reads-per-request", "store-cache-hits-per-request",
+            "store-memtable-hits-per-request")) if r is not None)
+        assert served > 0, s
+    # without a breakdown the engine keeps no statistics and no such figure is written
+    code, out, err = run_cli("--quiet", "sweep", "strategies", "-w", "codeact", "-W",
+                             "sessions=10", "--strategies", "ssd-blockhash", "-e", "rocksdb",
+                             "--cache-bytes", "1MiB", "-o", str(tmp_path / "plain.json"))
+    assert code == 0, err
+    assert "where the reads were served" not in out
+    plain = load(str(tmp_path / "plain.json"))
+    assert plain.get("store-device-reads-per-request", "ssd-blockhash") is None
+
+
 def test_run_breakdown(run_cli):
     code, out, err = run_cli("--quiet", "run", "-s", "dram-blockhash", "-w", "codeact", "-W",
                              "sessions=10", "--no-runner", "--breakdown")
