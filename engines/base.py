@@ -279,6 +279,9 @@ class SegmentStore(abc.ABC):
         readers: index and filter blocks); 0 where the engine keeps none or cannot say."""
         return 0
 
+    #: the engine option that turns :meth:`io_counters` on (None: it has no such switch)
+    io_counters_option: str | None = None
+
     #: what :meth:`io_counters` reports, in this order
     IO_COUNTERS = ("device_reads", "cache_hits", "memtable_hits", "compaction_bytes",
                    "flush_bytes")

@@ -80,6 +80,7 @@ class RocksDBStore(SegmentStore):
     name = "rocksdb"
     volatile = False
     gil_free_calls = frozenset(("get_many",))
+    io_counters_option = "statistics"
 
     def __init__(self, config: StoreConfig | None = None):
         config = config or StoreConfig()

@@ -745,12 +745,16 @@ def _breakdown_kw(cfg: SweepConfig) -> dict:
 
 
 def _run_engine_options(cfg: SweepConfig) -> dict:
-    """The engine options a timed setting runs with: a breakdown on RocksDB turns on
-    its statistics too (unless the user set them), so the breakdown can say how many
-    reads reached the device."""
+    """The engine options a timed setting runs with: a breakdown also turns on the
+    engine's I/O counters where it has a switch for them (RocksDB's statistics),
+    unless the user set it, so the breakdown can say how many reads reached the
+    device."""
     opts = dict(cfg.engine_options)
-    if cfg.breakdown and cfg.engine == "rocksdb":
-        opts.setdefault("statistics", "true")
+    if cfg.breakdown and cfg.engine:
+        switch = getattr(get_registry().get("engine", cfg.engine).factory,
+                         "io_counters_option", None)
+        if switch:
+            opts.setdefault(switch, "true")
     return opts
 
 
