@@ -222,6 +222,16 @@ class RoundTripTests:
         store.put(1, b"back")
         assert store.get(1) == b"back"
 
+    def test_settle_keeps_data(self, store):
+        rng = random.Random(3)
+        items = {rng.getrandbits(64): _value(rng, rng.randrange(64)) for _ in range(300)}
+        store.put_many(items.items())
+        store.delete(next(iter(items)))
+        seconds = store.settle(timeout=60)
+        assert seconds >= 0
+        assert store.get_many(list(items)) == [None, *list(items.values())[1:]]
+
+
 
 class ScanTests:
     """Ordered scans: numeric key order over the whole 64-bit range, and bounds."""

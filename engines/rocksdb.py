@@ -202,6 +202,21 @@ class RocksDBStore(SegmentStore):
     def flush(self):
         self._db.flush(True)        # memtables -> SST files, waiting for the flush
 
+    #: properties that say a flush or compaction is still owed or running
+    _BACKGROUND = ("rocksdb.compaction-pending", "rocksdb.num-running-compactions",
+                   "rocksdb.num-running-flushes", "rocksdb.mem-table-flush-pending")
+
+    def settle(self, timeout: float = 600.0) -> float:
+        t0 = time.perf_counter()
+        self._db.flush(True)
+        pause = 1e-3
+        while any(self._db.property_int_value(p) for p in self._BACKGROUND):
+            if time.perf_counter() - t0 >= timeout:
+                break
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
+        return time.perf_counter() - t0
+
     log_file_patterns = ("*.log",)   # the WAL; LOG and LOG.old are info logs, kept as data
 
     def memory_outside_budget(self):

@@ -56,7 +56,8 @@ phases as YCSB does:
 * the **load** phase, untimed, inserts every request but the last
   ``run_requests`` through each strategy's bulk path
   (``insert_known_prefix`` with those counts), the radix oracle inserting
-  beside it;
+  beside it; the store then settles (its flushes and compactions finish,
+  ``SegmentStore.settle``), so the run is not charged for the load's write debt;
 * the **run** phase is :func:`~prefixbench.harness.replay.replay` over the
   last ``run_requests`` requests (match, then insert, timed), the same oracle
   shadowing it, so loss is measured against an oracle that saw the whole
@@ -547,6 +548,8 @@ class Row:
     repeat: int = 0
     #: requests inserted untimed before the timed ones (paper scale's load phase)
     load_requests: int = 0
+    #: seconds the store took to settle after the load (its flushes and compactions)
+    settle_seconds: float = 0.0
 
     @property
     def stats(self) -> dict:
@@ -890,9 +893,11 @@ def count_pass(workload, *, quiet: bool = True) -> Counting:
 
 
 def load_phase(strategy, oracle, requests, known, n: int, *, block_metas: bool,
-               quiet: bool = True, desc: str = "load") -> None:
+               quiet: bool = True, desc: str = "load") -> float:
     """Untimed: the first ``n`` requests into ``strategy`` by its bulk path and into the
-    oracle.  ``block_metas``: metadata from the block alone (what threaded runs use)."""
+    oracle.  ``block_metas``: metadata from the block alone (what threaded runs use).
+    The store then settles (its flushes and compactions finish), so the timed run
+    is not charged for the load's write debt; returns the seconds that took."""
     meta_size = strategy.meta_size
     bar = progress(n, f"{desc} [load]", quiet)
     try:
@@ -907,6 +912,7 @@ def load_phase(strategy, oracle, requests, known, n: int, *, block_metas: bool,
     drain = getattr(strategy, "drain", None)
     if callable(drain):
         drain()
+    return strategy.store.settle() if strategy.store is not None else 0.0
 
 
 def run_setting(cfg: SweepConfig, setting: Setting, workload, cache_bytes: int, *,
@@ -925,6 +931,7 @@ def run_setting(cfg: SweepConfig, setting: Setting, workload, cache_bytes: int, 
                   durability=cfg.durability, engine_options=_run_engine_options(cfg),
                   block_tokens=workload.block_size)
     oracle = make_oracle(built.strategy.meta_size)
+    settle = 0.0
     try:
         engine_cache = built.store.config.cache_bytes if built.store is not None else None
         if not load_requests and not threaded:
@@ -933,7 +940,7 @@ def run_setting(cfg: SweepConfig, setting: Setting, workload, cache_bytes: int, 
         else:
             it = iter(workload.requests())
             if load_requests:
-                load_phase(built.strategy, oracle, it, counting.known, load_requests,
+                settle = load_phase(built.strategy, oracle, it, counting.known, load_requests,
                            block_metas=threaded, quiet=quiet, desc=desc)
             n = len(workload) - load_requests
             if cfg.limit is not None:
@@ -950,7 +957,7 @@ def run_setting(cfg: SweepConfig, setting: Setting, workload, cache_bytes: int, 
         oracle.close()
         built.close()
     return Row(setting, res, indexed, engine_cache, threads=threads, repeat=repeat,
-               load_requests=load_requests)
+               load_requests=load_requests, settle_seconds=settle)
 
 
 def _paper_workload_options(cfg: SweepConfig, fraction: float) -> dict:
@@ -1185,6 +1192,8 @@ def _suites(res: SweepResult) -> tuple[list, list]:
                                     else None, cfg.workload, config)
         md.update({"sweep": cfg.kind, "setting": s.label, **shared})
         md.update({"threads": r.threads, "repeat": r.repeat})
+        if r.load_requests:
+            md["load_settle_seconds"] = round(r.settle_seconds, 6)
         md.update(_text_stats(r.stats))
         if r.engine_cache_bytes is not None:
             md["cache_bytes"] = r.engine_cache_bytes

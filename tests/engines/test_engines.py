@@ -237,6 +237,23 @@ def test_rocksdb_io_counters_are_off_by_default_and_take_only_yes_or_no(tmp_path
     assert not (tmp_path / "b").exists()
 
 
+def test_rocksdb_settle_leaves_no_flush_or_compaction_owed(tmp_path):
+    """Writes scattered over the key space through a small memtable leave L0 files
+    and compactions behind; settle returns once none is pending or running."""
+    rng = random.Random(9)
+    path = str(tmp_path / "s")
+    with RocksDBStore(StoreConfig(path=path, durability="off", cache_bytes=1 << 20)) as s:
+        keys = [rng.getrandbits(63) for _ in range(40000)]
+        for lo in range(0, len(keys), 2000):
+            s.put_many((k, bytes(200)) for k in keys[lo:lo + 2000])
+        s.settle(timeout=120)
+        db = s._db
+        assert db.property_int_value("rocksdb.num-entries-active-mem-table") == 0
+        assert [db.property_int_value(p) for p in s._BACKGROUND] == [0] * len(s._BACKGROUND)
+        assert s.get_many(keys[::997]) == [bytes(200)] * len(keys[::997])
+
+
+
 # ----- WiredTiger ------------------------------------------------------------
 
 def test_wiredtiger_size_on_disk_leaves_out_preallocated_logs(tmp_path):

@@ -300,6 +300,36 @@ def test_paper_scale_loads_then_times_the_last_requests(small_paper, monkeypatch
     assert md["load_requests"] == p.load_requests
 
 
+def test_paper_scale_settles_the_store_between_load_and_run(small_paper, monkeypatch):
+    """The load's flushes and compactions finish before the timed run starts, once
+    per setting, and the seconds that took are in the suites' metadata."""
+    from prefixbench.engines.rocksdb import RocksDBStore
+    from prefixbench.registry import get_registry
+
+    cls = get_registry().get("strategy", "sarp").factory
+    events = []
+    real_settle, real_match = RocksDBStore.settle, cls.match
+
+    def settle(self, timeout=600.0):
+        events.append("settle")
+        return real_settle(self, timeout)
+
+    def match(self, ids):
+        if not events or events[-1] != "match":
+            events.append("match")
+        return real_match(self, ids)
+    monkeypatch.setattr(RocksDBStore, "settle", settle)
+    monkeypatch.setattr(cls, "match", match)
+    cfg = sweeps.make_config("strategies", workload="codeact", engine="rocksdb",
+                             scale="paper", run_requests="50", strategies="sarp",
+                             cap_rule="fixed")
+    res = sweeps.run_sweep(cfg)
+    assert events == ["settle", "match"]
+    assert res.rows[0].settle_seconds > 0
+    times, _counts = res.suites()
+    assert times[0].get_metadata()["load_settle_seconds"] == round(res.rows[0].settle_seconds, 6)
+
+
 def test_paper_scale_threads_are_checked_against_the_loaded_oracle(small_paper):
     cfg = sweeps.make_config("strategies", workload="codeact", engine="lmdb", scale="paper",
                              run_requests="80", strategies="sarp,ssd-blockhash",
