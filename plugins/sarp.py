@@ -606,8 +606,9 @@ class SarpStrategy(TombstoneOverlay):
             kraw = list(known.values())
             with phases.phase(phases.VERIFY):
                 k, v, corrupt = self._verify(kraw, kid, qw, ws, S, ms)
-            bad = set(corrupt)
-            seen = {int(i): r for t, (i, r) in enumerate(zip(kid.tolist(), kraw)) if t not in bad}
+            seen = dict(zip(kid.tolist(), kraw))
+            for t in corrupt:
+                del seen[int(kid[t])]
             if v > 0:
                 best_v, best_raw, best_id = v, kraw[k], int(kid[k])
             if len(cands):
@@ -648,10 +649,11 @@ class SarpStrategy(TombstoneOverlay):
                 k, v, corrupt = self._verify(raws, batch, qw, ws, S, ms)
             if corrupt:
                 layer.count_corrupt(batch[corrupt])
-            bad = set(corrupt)
-            for t, sid in enumerate(batch.tolist()):
-                if t not in bad:
-                    seen[sid] = raws[t]
+                bad = set(corrupt)
+                seen.update((sid, raws[t]) for t, sid in enumerate(batch.tolist())
+                            if t not in bad)
+            else:
+                seen.update(zip(batch.tolist(), raws))
             if v > best_v:
                 best_v, best_raw, best_id = v, raws[k], int(batch[k])
             if best_v >= qlen or i >= ncand or (budget and got >= budget):
