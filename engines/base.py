@@ -290,6 +290,9 @@ class SegmentStore(abc.ABC):
         readers: index and filter blocks); 0 where the engine keeps none or cannot say."""
         return 0
 
+    #: name -> :class:`EngineOption`: every option the engine accepts
+    OPTIONS: dict = {}
+
     #: the engine option that turns :meth:`io_counters` on (None: it has no such switch)
     io_counters_option: str | None = None
 
@@ -413,8 +416,20 @@ def import_binding(engine: str, module: str, install: str):
                                      f"{install}") from e
 
 
-def check_options(engine: str, options: dict, known: set) -> dict:
-    """Reject engine options nobody reads, naming the option and the known ones."""
+@dataclass(frozen=True)
+class EngineOption:
+    """One engine option (``--engine-option KEY=VALUE``): its default (a value, or
+    words where the configuration decides it) and what it does; an engine's
+    ``OPTIONS`` mapping of these is what it accepts and what ``plugins --options``
+    lists."""
+
+    default: object
+    help: str
+
+
+def check_options(engine: str, options: dict, known) -> dict:
+    """Reject engine options nobody reads, naming the option and the known ones
+    (``known``: the names, or the engine's ``OPTIONS`` mapping)."""
     for key in options:
         if key not in known:
             raise ConfigError(f"option {key!r} is not known to engine {engine}; "

@@ -19,8 +19,8 @@ until no read is in flight, which busy reader threads can delay forever.
 
 ``cache_bytes`` is not enforced: LMDB reads through the OS page cache.
 ``direct_io`` is refused (a memory map cannot bypass the page cache).
-Options: ``map_size`` (initial map bytes, default 1 GiB; it grows as
-needed), ``max_readers`` (concurrent read transactions, default 1024).
+Options: :data:`OPTIONS` (``prefixbench plugins --options`` lists them with their
+defaults).
 The environment belongs to the process that opened it: after ``fork()``
 open the store again in the child.
 """
@@ -30,6 +30,7 @@ import threading
 import time
 
 from prefixbench.engines.base import (
+    EngineOption,
     SegmentStore,
     StoreConfig,
     SCAN_CHUNK,
@@ -46,13 +47,17 @@ from prefixbench.errors import ConfigError, StoreError
 from prefixbench.hookspecs import hookimpl
 
 _PACK = encode_key
-_OPTIONS = {"map_size", "max_readers"}
+OPTIONS = {
+    "map_size": EngineOption(1 << 30, "initial map bytes; the map grows as needed"),
+    "max_readers": EngineOption(1024, "concurrent read transactions"),
+}
 
 
 class LmdbStore(SegmentStore):
     """LMDB via py-lmdb; grows its map itself; one writer at a time, many readers."""
 
     name = "lmdb"
+    OPTIONS = OPTIONS
     volatile = False
     gil_free_calls = frozenset(("get", "get_many", "write"))
 
@@ -63,12 +68,12 @@ class LmdbStore(SegmentStore):
             "lmdb", "lmdb", "pip install lmdb, or reinstall with pip install prefixbench")
         self._lmdb = lmdb
         self.write_errors = (OSError, lmdb.Error)
-        opts = check_options(self.name, config.options, _OPTIONS)
+        opts = check_options(self.name, config.options, OPTIONS)
         if config.direct_io:
             raise ConfigError("option direct_io: engine lmdb reads through a memory map "
                               "and cannot bypass the page cache")
-        map_size = int_option(opts, "map_size", 1 << 30, 4096, size=True)
-        max_readers = int_option(opts, "max_readers", 1024, 1)
+        map_size = int_option(opts, "map_size", OPTIONS["map_size"].default, 4096, size=True)
+        max_readers = int_option(opts, "max_readers", OPTIONS["max_readers"].default, 1)
         self.path = prepare_store_dir(config.path, config.create, self.name, "data.mdb")
         mode = config.durability
         try:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import bisect
 import threading
 
-from prefixbench.engines.base import SegmentStore, StoreConfig
+from prefixbench.engines.base import SegmentStore, StoreConfig, check_options
 from prefixbench.hookspecs import hookimpl
 
 
@@ -16,6 +16,7 @@ class MemoryStore(SegmentStore):
 
     def __init__(self, config: StoreConfig | None = None):
         super().__init__(config or StoreConfig())
+        check_options(self.name, self.config.options, self.OPTIONS)
         self._data: dict[int, bytes] = {}
         self._keys: list[int] = []          # sorted; rebuilt lazily for scans
         self._keys_dirty = False

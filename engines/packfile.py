@@ -83,8 +83,8 @@ caller read values as raw aligned spans; the Range stripe layer
 (:mod:`prefixbench.engines.stripes`) is built on those and the ordinary
 store calls alone.
 
-Options: ``pack_bytes`` (default 1 GiB, fixed at creation), ``max_packs``
-(default 65536), ``checkpoint_bytes`` (default 64 MiB), ``allow_buffered``.
+Options: :data:`OPTIONS` (``prefixbench plugins --options`` lists them with their
+defaults).
 """
 from __future__ import annotations
 
@@ -101,6 +101,7 @@ import warnings
 import zlib
 
 from prefixbench.engines.base import (
+    EngineOption,
     SegmentStore,
     StoreConfig,
     allocated_bytes,
@@ -121,7 +122,13 @@ CKPT_VERSION = 2
 META = "packfile.meta"
 LOG = "index.log"
 CKPT = "index.ckpt"
-_OPTIONS = {"pack_bytes", "max_packs", "checkpoint_bytes", "allow_buffered"}
+OPTIONS = {
+    "pack_bytes": EngineOption(1 << 30, "bytes per pack file, fixed at creation"),
+    "max_packs": EngineOption(65536, "pack files the store may grow to"),
+    "checkpoint_bytes": EngineOption(64 << 20, "index.log bytes between index checkpoints"),
+    "allow_buffered": EngineOption(False, "fall back to buffered I/O where O_DIRECT "
+                                          "is refused"),
+}
 
 _REC = struct.Struct("<IIQI")            # magic, crc(key..value), key, value length
 #: bytes of the record header in front of every value in a pack: a caller that
@@ -220,6 +227,7 @@ class PackfileStore(SegmentStore):
     """
 
     name = "packfile"
+    OPTIONS = OPTIONS
     volatile = False
     gil_free_calls = frozenset(("get", "get_many", "write"))
     log_file_patterns = (LOG,)          # the key-index redo log (checkpointed), not data
@@ -227,11 +235,11 @@ class PackfileStore(SegmentStore):
     def __init__(self, config: StoreConfig | None = None):
         config = config or StoreConfig()
         super().__init__(config)
-        opts = check_options(self.name, config.options, _OPTIONS)
-        want_pack = int_option(opts, "pack_bytes", 1 << 30, 64 << 10, size=True)
-        self.max_packs = int_option(opts, "max_packs", 65536, 2)
-        self.checkpoint_bytes = int_option(opts, "checkpoint_bytes", 64 << 20, 4096, size=True)
-        allow = bool_option(opts, "allow_buffered", False)
+        opts = check_options(self.name, config.options, OPTIONS)
+        want_pack = int_option(opts, "pack_bytes", OPTIONS["pack_bytes"].default, 64 << 10, size=True)
+        self.max_packs = int_option(opts, "max_packs", OPTIONS["max_packs"].default, 2)
+        self.checkpoint_bytes = int_option(opts, "checkpoint_bytes", OPTIONS["checkpoint_bytes"].default, 4096, size=True)
+        allow = bool_option(opts, "allow_buffered", OPTIONS["allow_buffered"].default)
         existed = config.path is not None and os.path.isdir(config.path)
         self.path = prepare_store_dir(config.path, config.create, self.name, META)
         self._wlock = threading.RLock()

@@ -91,7 +91,7 @@ from urllib.parse import urlsplit, urlunsplit
 import numpy as np
 
 from prefixbench import phases as _phases
-from prefixbench.engines.base import (MAX_KEY, SCAN_CHUNK, SegmentStore, StoreConfig,
+from prefixbench.engines.base import (EngineOption, MAX_KEY, SCAN_CHUNK, SegmentStore, StoreConfig,
                                       allocated_bytes, check_key, check_options, chunked_scan,
                                       decode_key, encode_key, import_binding, int_option,
                                       prepare_store_dir)
@@ -192,6 +192,15 @@ LAYOUTS = ("hash", "packed")
 #: ``pack_bits`` of ``layout=packed``: the default and the largest allowed
 DEFAULT_PACK_BITS = 16
 MAX_PACK_BITS = 24
+OPTIONS = {
+    "url": EngineOption(f"the store's, else ${URL_ENV}, else {DEFAULT_URL}",
+                        "the server (redis:// or unix://)"),
+    "socket_timeout": EngineOption(30, "seconds a call may wait for the server"),
+    "layout": EngineOption("hash", "hash (hash + sorted set) or packed (small hashes by "
+                           "key bits), fixed at creation"),
+    "pack_bits": EngineOption(DEFAULT_PACK_BITS, f"layout=packed: 2**B small hashes by the "
+                              f"keys' top B bits (1 to {MAX_PACK_BITS}), fixed at creation"),
+}
 #: buckets read per pipeline by a packed scan
 PACKED_SCAN_BUCKETS = 256
 
@@ -468,18 +477,18 @@ class RedisStore(SegmentStore):
     """A namespace in a redis-server: hash of values + sorted set of 8-byte members."""
 
     name = "redis"
+    OPTIONS = OPTIONS
     #: redis-py's socket reads release the GIL while they wait for the server
     gil_free_calls = frozenset({"get", "get_many", "write"})
 
     def __init__(self, config: StoreConfig):
         super().__init__(config)
-        opts = check_options(self.name, config.options,
-                             {"url", "socket_timeout", "layout", "pack_bits"})
-        self._timeout = int_option(opts, "socket_timeout", 30, 1)
-        layout = opts.get("layout", "hash")
+        opts = check_options(self.name, config.options, OPTIONS)
+        self._timeout = int_option(opts, "socket_timeout", OPTIONS["socket_timeout"].default, 1)
+        layout = opts.get("layout", OPTIONS["layout"].default)
         if layout not in LAYOUTS:
             raise ConfigError(f"option layout: {layout!r} is not one of {', '.join(LAYOUTS)}")
-        bits = int_option(opts, "pack_bits", DEFAULT_PACK_BITS, 1)
+        bits = int_option(opts, "pack_bits", OPTIONS["pack_bits"].default, 1)
         if bits > MAX_PACK_BITS:
             raise ConfigError(f"option pack_bits: {bits} must be between 1 and {MAX_PACK_BITS}")
         redis = import_binding(self.name, "redis", INSTALL)

@@ -54,7 +54,7 @@ import struct
 import threading
 import time
 
-from prefixbench.engines.base import (SegmentStore, StoreConfig, check_options, chunked_scan,
+from prefixbench.engines.base import (EngineOption, SegmentStore, StoreConfig, check_options, chunked_scan,
                                       import_binding, int_option)
 from prefixbench.engines.redis import (INSTALL, NEEDS, SCAN_BATCH, SCAN_BULK_LUA, SCAN_LUA,
                                        batch_commands, bulk_hash_chunks, scan_arrays_args,
@@ -66,6 +66,16 @@ from prefixbench.hookspecs import hookimpl
 
 DEFAULT_URL = "redis://127.0.0.1:7000"
 URL_ENV = "PREFIXBENCH_REDIS_CLUSTER_URL"
+OPTIONS = {
+    "url": EngineOption(f"the store's, else ${URL_ENV}, else {DEFAULT_URL}",
+                        "a node of the cluster"),
+    "buckets": EngineOption(256, "key ranges the u64 key space is cut into (a power of two "
+                            "<= 65536), fixed at creation"),
+    "socket_timeout": EngineOption(30, "seconds a call may wait for a node"),
+    "retry_seconds": EngineOption(30, "how long writes retry through a failover before one "
+                                  "error line"),
+    "wait_timeout_ms": EngineOption(5000, "WAIT timeout for a replica to take a write"),
+}
 SLOTS = 16384
 _PUT = struct.Struct(">QI")
 _HEAD = struct.Struct(">4sII")
@@ -119,17 +129,16 @@ class RedisClusterStore(SegmentStore):
     """Key ranges (buckets) over the slots of a Redis Cluster; journaled spanning batches."""
 
     name = "redis-cluster"
+    OPTIONS = OPTIONS
     gil_free_calls = frozenset({"get", "get_many", "write"})
 
     def __init__(self, config: StoreConfig):
         super().__init__(config)
-        opts = check_options(self.name, config.options,
-                             {"url", "buckets", "socket_timeout", "retry_seconds",
-                              "wait_timeout_ms"})
-        self._timeout = int_option(opts, "socket_timeout", 30, 1)
-        self._retry_s = int_option(opts, "retry_seconds", 30, 0)
-        self._wait_ms = int_option(opts, "wait_timeout_ms", 5000, 1)
-        nb = int_option(opts, "buckets", 256, 1)
+        opts = check_options(self.name, config.options, OPTIONS)
+        self._timeout = int_option(opts, "socket_timeout", OPTIONS["socket_timeout"].default, 1)
+        self._retry_s = int_option(opts, "retry_seconds", OPTIONS["retry_seconds"].default, 0)
+        self._wait_ms = int_option(opts, "wait_timeout_ms", OPTIONS["wait_timeout_ms"].default, 1)
+        nb = int_option(opts, "buckets", OPTIONS["buckets"].default, 1)
         if nb & (nb - 1) or nb > 1 << 16:
             raise ConfigError(f"option buckets: {nb} must be a power of two <= 65536")
         self._bits = nb.bit_length() - 1

@@ -32,9 +32,8 @@ block-cache data hits, the memtable hits and the bytes compactions and flushes
 moved, so a run can say how many of its reads went to the device.  It is off by
 default because the counters cost a little on every call.
 
-Options: ``write_buffer_bytes``, ``background_jobs`` (default 4),
-``write_stall_seconds``, ``index_in_cache`` (default false), ``statistics``
-(default false).
+Options: :data:`OPTIONS` (``prefixbench plugins --options`` lists them with their
+defaults).
 """
 from __future__ import annotations
 
@@ -43,6 +42,7 @@ import threading
 import time
 
 from prefixbench.engines.base import (
+    EngineOption,
     SegmentStore,
     StoreConfig,
     SCAN_CHUNK,
@@ -60,8 +60,17 @@ from prefixbench.errors import ConfigError, StoreError
 from prefixbench.hookspecs import hookimpl
 
 _PACK = encode_key
-_OPTIONS = {"write_buffer_bytes", "background_jobs", "write_stall_seconds", "index_in_cache",
-            "statistics"}
+OPTIONS = {
+    "write_buffer_bytes": EngineOption("cache_bytes / 2", "the memtables' share of cache_bytes "
+                                       "(two write buffers of half of it each)"),
+    "background_jobs": EngineOption(4, "flush and compaction threads"),
+    "write_stall_seconds": EngineOption(30, "how long a write may wait in a write stop "
+                                        "before one error line"),
+    "index_in_cache": EngineOption(False, "index and filter blocks in the block cache "
+                                   "(counted in the budget)"),
+    "statistics": EngineOption(False, "RocksDB statistics, read by io_counters (where reads "
+                               "were served)"),
+}
 #: io_counters() name -> the RocksDB tickers it adds up
 _TICKERS = {
     "device_reads": ("rocksdb.last.level.read.count", "rocksdb.non.last.level.read.count"),
@@ -78,6 +87,7 @@ class RocksDBStore(SegmentStore):
     """RocksDB via rocksdict; block cache and memtables split cache_bytes equally."""
 
     name = "rocksdb"
+    OPTIONS = OPTIONS
     volatile = False
     gil_free_calls = frozenset(("get_many",))
     io_counters_option = "statistics"
@@ -87,15 +97,16 @@ class RocksDBStore(SegmentStore):
         super().__init__(config)
         rocksdict = import_binding("rocksdb", "rocksdict", "pip install rocksdict, "
                                    "or reinstall with pip install prefixbench")
-        opts = check_options(self.name, config.options, _OPTIONS)
+        opts = check_options(self.name, config.options, OPTIONS)
         memtable = int_option(opts, "write_buffer_bytes", config.cache_bytes // 2, 0, size=True)
         if memtable > config.cache_bytes:
             raise ConfigError(f"option write_buffer_bytes: {memtable} exceeds cache_bytes "
                               f"{config.cache_bytes}")
-        jobs = int_option(opts, "background_jobs", 4, 1)
-        self.write_stall_seconds = int_option(opts, "write_stall_seconds", 30, 1)
-        self.index_in_cache = bool_option(opts, "index_in_cache", False)
-        self.statistics = bool_option(opts, "statistics", False)
+        jobs = int_option(opts, "background_jobs", OPTIONS["background_jobs"].default, 1)
+        self.write_stall_seconds = int_option(opts, "write_stall_seconds",
+                                               OPTIONS["write_stall_seconds"].default, 1)
+        self.index_in_cache = bool_option(opts, "index_in_cache", OPTIONS["index_in_cache"].default)
+        self.statistics = bool_option(opts, "statistics", OPTIONS["statistics"].default)
         self.block_cache_bytes = config.cache_bytes - memtable
         self.write_buffer_bytes = max(memtable // 2, _MIN_WRITE_BUFFER)
         self.path = prepare_store_dir(config.path, config.create, self.name, "CURRENT")

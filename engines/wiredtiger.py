@@ -25,10 +25,10 @@ The wiredtiger 11.3.1 sdist from PyPI builds with HAVE_DIAGNOSTIC=1 and
 -Og (see :attr:`diagnostic_build`): its per-call costs are far above a
 release build's, so benchmark WiredTiger with a release build.
 
-Options: ``checkpoint_wait`` (seconds, 0 = never), ``session_max``
-(default 1024), ``log_file_max`` (bytes per log file, default 100 MiB;
-creating and preallocating a log file that size takes about a second on
-open, so small values make short-lived stores open faster).
+Creating and preallocating a log file of ``log_file_max`` bytes takes about a
+second on open, so small values make short-lived stores open faster.
+Options: :data:`OPTIONS` (``prefixbench plugins --options`` lists them with their
+defaults).
 """
 from __future__ import annotations
 
@@ -38,6 +38,7 @@ import time
 import weakref
 
 from prefixbench.engines.base import (
+    EngineOption,
     SegmentStore,
     SCAN_CHUNK,
     StoreConfig,
@@ -53,13 +54,19 @@ from prefixbench.hookspecs import hookimpl
 URI = "table:segments"
 _MIN_CACHE = 1 << 20
 _LOG_PREFIXES = ("WiredTigerLog.", "WiredTigerPreplog.", "WiredTigerTmplog.")
-_OPTIONS = {"checkpoint_wait", "session_max", "log_file_max"}
+OPTIONS = {
+    "checkpoint_wait": EngineOption(60, "seconds between checkpoints (0: never)"),
+    "session_max": EngineOption(1024, "concurrent sessions"),
+    "log_file_max": EngineOption(100 << 20, "bytes per log file (made and preallocated "
+                                            "on open)"),
+}
 
 
 class WiredTigerStore(SegmentStore):
     """WiredTiger row store; a session per thread; log on unless durability is off."""
 
     name = "wiredtiger"
+    OPTIONS = OPTIONS
     volatile = False
     gil_free_calls = frozenset(("get", "get_many", "write"))
 
@@ -73,10 +80,10 @@ class WiredTigerStore(SegmentStore):
         #: True when the binding was compiled with HAVE_DIAGNOSTIC (assertions
         #: on, -Og): the PyPI sdist builds that way and every call is slower
         self.diagnostic_build = bool(getattr(wiredtiger, "diagnostic_build", lambda: 0)())
-        opts = check_options(self.name, config.options, _OPTIONS)
-        wait = int_option(opts, "checkpoint_wait", 60, 0)
-        session_max = int_option(opts, "session_max", 1024, 16)
-        log_max = int_option(opts, "log_file_max", 100 << 20, 100 << 10, size=True)
+        opts = check_options(self.name, config.options, OPTIONS)
+        wait = int_option(opts, "checkpoint_wait", OPTIONS["checkpoint_wait"].default, 0)
+        session_max = int_option(opts, "session_max", OPTIONS["session_max"].default, 16)
+        log_max = int_option(opts, "log_file_max", OPTIONS["log_file_max"].default, 100 << 10, size=True)
         self.cache_size = max(config.cache_bytes, _MIN_CACHE)
         self.path = prepare_store_dir(config.path, config.create, self.name, "WiredTiger")
         parts = [f"cache_size={self.cache_size}", f"session_max={session_max}",

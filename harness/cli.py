@@ -142,7 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description="List plugins with kind, name, providing package and version.")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--options", action="store_true",
-                   help="also list each strategy's options (-S KEY=VALUE) with defaults")
+                   help="also list each strategy's options (-S KEY=VALUE) and each "
+                   "engine's (--engine-option KEY=VALUE) with defaults")
     p.add_argument("-o", "--output", metavar="OUT.json", help="also write the list as a "
                    "pyperf suite (plugins-<kind> counts; 'prefixbench show' prints it)")
 

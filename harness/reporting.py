@@ -203,6 +203,17 @@ def table_of(output: str | None, *benchmark_lists) -> str:
     return show.render(results.from_suites(output or "(not written)", suites))
 
 
+def _engine_default(value) -> str:
+    """An engine option's default as one would give it (``1GiB``, ``false``)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        for unit, shift in (("GiB", 30), ("MiB", 20)):
+            if value >= 1 << shift and value % (1 << shift) == 0:
+                return f"{value >> shift}{unit}"
+    return str(value)
+
+
 def plugins_benchmarks(infos, options: bool) -> list:
     """``plugins``: one ``plugins-<kind>`` count per kind, the list itself (and each
     strategy's options) in the metadata, so ``show`` prints the table again."""
@@ -217,6 +228,9 @@ def plugins_benchmarks(infos, options: bool) -> list:
         if i.kind == "strategy":
             d["options"] = [[key, repr(opt.default), opt.help] for key, opt in
                             sorted(getattr(i.factory, "options", {}).items())]
+        elif i.kind == "engine":
+            d["options"] = [[key, _engine_default(opt.default), opt.help] for key, opt in
+                            sorted(getattr(i.factory, "OPTIONS", {}).items())]
         listed.append(d)
     md = pyperf_io.run_metadata("none", None, "none", {})
     md.update({"command": "plugins", schema.PLUGINS_KEY: json.dumps(listed),

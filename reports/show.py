@@ -394,7 +394,8 @@ def format_engine_bench(res) -> str:
 
 
 def format_plugins(res) -> str:
-    """``prefixbench plugins``: every plugin, and with ``--options`` each strategy's options."""
+    """``prefixbench plugins``: every plugin, and with ``--options`` each strategy's and
+    each engine's options."""
     md = res.first()
     try:
         infos = json.loads(md.get("plugins", "[]"))
@@ -408,6 +409,10 @@ def format_plugins(res) -> str:
         rows = [(i["name"], key, default, meaning) for i in infos if i["kind"] == "strategy"
                 for key, default, meaning in i.get("options", [])]
         out += "\n\n" + format_table(("strategy", "option", "default", "meaning"), rows)
+        rows = [(i["name"], key, default, meaning) for i in infos if i["kind"] == "engine"
+                for key, default, meaning in i.get("options", [])]
+        if rows:
+            out += "\n\n" + format_table(("engine", "option", "default", "meaning"), rows)
     return out
 
 

@@ -149,7 +149,7 @@ def test_size_options_accept_cli_strings(tmp_path):
         LmdbStore(StoreConfig(path=str(tmp_path / "t"), options={"map_size": "lots"}))
 
 
-@pytest.mark.parametrize("cls", [LmdbStore, RocksDBStore, WiredTigerStore])
+@pytest.mark.parametrize("cls", [LmdbStore, RocksDBStore, WiredTigerStore, MemoryStore])
 def test_unknown_engine_option_is_named(cls, tmp_path):
     if cls is WiredTigerStore:
         pytest.importorskip("wiredtiger")

@@ -170,6 +170,24 @@ def test_plugins_options_lists_strategy_parameters(run_cli):
     assert code == 0
     rows = [ln.split()[:3] for ln in out.splitlines()]
     assert ["sarp", "max_retrieval", "3"] in rows and ["sarp", "tau", "256"] in rows
+    # engine options, with defaults as one would give them
+    assert ["lmdb", "map_size", "1GiB"] in rows and ["rocksdb", "statistics", "false"] in rows
+    assert ["wiredtiger", "log_file_max", "100MiB"] in rows
+
+
+def test_every_engine_option_listed_is_accepted(tmp_path):
+    """What ``plugins --options`` lists is what each engine accepts: its OPTIONS names
+    pass the engine's check, and a name outside them is one error naming it."""
+    from prefixbench.engines.base import check_options
+    from prefixbench.registry import get_registry
+    from prefixbench.errors import ConfigError
+    engines = [i for i in get_registry().all() if i.kind == "engine"]
+    assert {"lmdb", "rocksdb", "redis", "memory"} <= {i.name for i in engines}
+    for info in engines:
+        known = getattr(info.factory, "OPTIONS", {})
+        assert check_options(info.name, dict.fromkeys(known, "x"), known) == dict.fromkeys(known, "x")
+        with pytest.raises(ConfigError, match=f"'colour' is not known to engine {info.name}"):
+            check_options(info.name, {"colour": "blue"}, known)
 
 
 def test_csv_export_appends_rows(run_cli, tmp_path):
