@@ -232,7 +232,6 @@ class RoundTripTests:
         assert store.get_many(list(items)) == [None, *list(items.values())[1:]]
 
 
-
 class ScanTests:
     """Ordered scans: numeric key order over the whole 64-bit range, and bounds."""
 

@@ -236,9 +236,11 @@ class PackfileStore(SegmentStore):
         config = config or StoreConfig()
         super().__init__(config)
         opts = check_options(self.name, config.options, OPTIONS)
-        want_pack = int_option(opts, "pack_bytes", OPTIONS["pack_bytes"].default, 64 << 10, size=True)
+        want_pack = int_option(opts, "pack_bytes", OPTIONS["pack_bytes"].default, 64 << 10,
+                               size=True)
         self.max_packs = int_option(opts, "max_packs", OPTIONS["max_packs"].default, 2)
-        self.checkpoint_bytes = int_option(opts, "checkpoint_bytes", OPTIONS["checkpoint_bytes"].default, 4096, size=True)
+        self.checkpoint_bytes = int_option(opts, "checkpoint_bytes",
+                                           OPTIONS["checkpoint_bytes"].default, 4096, size=True)
         allow = bool_option(opts, "allow_buffered", OPTIONS["allow_buffered"].default)
         existed = config.path is not None and os.path.isdir(config.path)
         self.path = prepare_store_dir(config.path, config.create, self.name, META)

@@ -91,10 +91,10 @@ from urllib.parse import urlsplit, urlunsplit
 import numpy as np
 
 from prefixbench import phases as _phases
-from prefixbench.engines.base import (EngineOption, MAX_KEY, SCAN_CHUNK, SegmentStore, StoreConfig,
-                                      allocated_bytes, check_key, check_options, chunked_scan,
-                                      decode_key, encode_key, import_binding, int_option,
-                                      prepare_store_dir)
+from prefixbench.engines.base import (EngineOption, MAX_KEY, SCAN_CHUNK, SegmentStore,
+                                      StoreConfig, allocated_bytes, check_key, check_options,
+                                      chunked_scan, decode_key, encode_key, import_binding,
+                                      int_option, prepare_store_dir)
 from prefixbench.errors import ConfigError, StoreError
 from prefixbench.hookspecs import hookimpl
 

@@ -54,8 +54,8 @@ import struct
 import threading
 import time
 
-from prefixbench.engines.base import (EngineOption, SegmentStore, StoreConfig, check_options, chunked_scan,
-                                      import_binding, int_option)
+from prefixbench.engines.base import (EngineOption, SegmentStore, StoreConfig, check_options,
+                                      chunked_scan, import_binding, int_option)
 from prefixbench.engines.redis import (INSTALL, NEEDS, SCAN_BATCH, SCAN_BULK_LUA, SCAN_LUA,
                                        batch_commands, bulk_hash_chunks, scan_arrays_args,
                                        check_aof, decode_chunk, is_local, lex_bounds,

@@ -219,7 +219,7 @@ class RocksDBStore(SegmentStore):
 
     def settle(self, timeout: float = 600.0) -> float:
         t0 = time.perf_counter()
-        self._db.flush(True)
+        self.flush()
         pause = 1e-3
         while any(self._db.property_int_value(p) for p in self._BACKGROUND):
             if time.perf_counter() - t0 >= timeout:

@@ -83,7 +83,8 @@ class WiredTigerStore(SegmentStore):
         opts = check_options(self.name, config.options, OPTIONS)
         wait = int_option(opts, "checkpoint_wait", OPTIONS["checkpoint_wait"].default, 0)
         session_max = int_option(opts, "session_max", OPTIONS["session_max"].default, 16)
-        log_max = int_option(opts, "log_file_max", OPTIONS["log_file_max"].default, 100 << 10, size=True)
+        log_max = int_option(opts, "log_file_max", OPTIONS["log_file_max"].default, 100 << 10,
+                             size=True)
         self.cache_size = max(config.cache_bytes, _MIN_CACHE)
         self.path = prepare_store_dir(config.path, config.create, self.name, "WiredTiger")
         parts = [f"cache_size={self.cache_size}", f"session_max={session_max}",
