@@ -498,6 +498,11 @@ FIGURES: tuple = tuple([
            "one phase (paper Fig. 7)", "lower"),
     Figure("insert-time-<phase>", "seconds", "breakdown", "mean seconds per insert spent in "
            "one phase (paper Fig. 7)", "lower"),
+    Figure("match-latency-windows-<windows>", "seconds", "latency", "mean latency of one "
+           "match whose query spans that many of sarp's windows (1, 2, 3, 4, 5-8, 9-16, "
+           "17-plus)", "lower"),
+    Figure("match-requests-windows-<windows>", "count", "latency", "timed matches whose "
+           "query spans that many of sarp's windows"),
     Figure("index-<counter>", "count", "counter", "a strategy counter (bytes for *-bytes)"),
     Figure("restore-<path>-<point>", "seconds", "restore", "payload restore time through "
            "one path at one object count or layerwise (Range)", "lower"),

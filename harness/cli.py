@@ -225,7 +225,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "'unlimited' or 0 for no cap (default: 1,2,3,4,unlimited)")
     p.add_argument("--strategies", help="strategies: comma-separated strategy names, the first "
                    "is the one ratios are taken from (default: sarp,ssd-blockhash,"
-                   "segment-radix-capped,segment-hash); space: the layouts beside ssd-blockhash, "
+                   "segment-radix-capped,segment-hash); NAME+KEY=VALUE[+KEY=VALUE] adds a "
+                   "variant of a strategy with those options (sarp+batch_windows=8); space: the layouts beside ssd-blockhash, "
                    "which always comes first (default: sarp); capacity: the strategies at "
                    "every capacity (default: radix,dram-blockhash,sarp, those that can "
                    "remove)")
@@ -712,7 +713,8 @@ def cmd_sweep(args, leftover, argv, quiet):
         cap_cache=args.cap_cache, breakdown=args.breakdown, force=args.force)
     if cfg.scale != "paper":             # --scale paper sizes itself to what fits
         from prefixbench.harness import preflight
-        preflight.check_replay(f"sweep {args.kind}", cfg.strategies, cfg.engine, cfg.workload,
+        preflight.check_replay(f"sweep {args.kind}", sweeps.strategy_names(cfg.strategies),
+                               cfg.engine, cfg.workload,
                                cfg.workload_options, cache_bytes=cfg.cache_bytes or 0,
                                limit=cfg.limit, force=cfg.force)
     result = sweeps.run_sweep(cfg, quiet=quiet)

@@ -327,15 +327,19 @@ def breakdown_metadata(res: ReplayResult) -> dict:
             "breakdown_pair_ns": round(res.breakdown_pair_ns, 1)}
 
 
-def replay_suites(res: ReplayResult, metadata: dict) -> tuple[list, list]:
+def replay_suites(res: ReplayResult, metadata: dict,
+                  segment_blocks: int = 0) -> tuple[list, list]:
     """(time benchmarks, count/size benchmarks) for one replay; the figures whose
-    value was 0 are listed in every benchmark's ``zero_figures``."""
+    value was 0 are listed in every benchmark's ``zero_figures``.  With
+    ``segment_blocks``, match latency per bin of windows that long (see
+    :func:`windows_figures`)."""
     with collecting_zeros() as zeros:
-        times, counts = _replay_suites(res, metadata)
+        times, counts = _replay_suites(res, metadata, segment_blocks)
     return with_zeros(times, zeros), with_zeros(counts, zeros)
 
 
-def _replay_suites(res: ReplayResult, metadata: dict) -> tuple[list, list]:
+def _replay_suites(res: ReplayResult, metadata: dict,
+                   segment_blocks: int = 0) -> tuple[list, list]:
     md = dict(metadata)
     md.update({
         "token_hit_rate": round(res.hit_rate, 9),
@@ -352,6 +356,8 @@ def _replay_suites(res: ReplayResult, metadata: dict) -> tuple[list, list]:
         times += [_one_shot(n, "second", f(res), md) for n, f in POOL_TIME_FIGURES]
     times += [_one_shot(n, "second", v, md) for n, v in breakdown_figures(res)]
     counts = [_one_shot(n, u, f(res), md) for n, u, f in COUNT_FIGURES]
+    for n, u, v in windows_figures(res, segment_blocks) if segment_blocks else ():
+        (times if u == "second" else counts).append(_one_shot(n, u, v, md))
     counts += [_one_shot(n, u, v, md) for n, u, f in IO_FIGURES if (v := f(res)) is not None]
     counts += [_one_shot(n, u, v, md) for n, u, v in strategy_figures(res.strategy_stats)]
     if res.pool:
@@ -360,6 +366,30 @@ def _replay_suites(res: ReplayResult, metadata: dict) -> tuple[list, list]:
         counts += [_one_shot(f"{which}-phase-switches", "integer", float(sw.mean()), md)
                    for which, sw in zip(("match", "insert"), res.phase_switches) if len(sw)]
     return [b for b in times if b], [b for b in counts if b]
+
+
+#: windows-per-query bins of the match latency table: (label, fewest, most windows)
+WINDOW_BINS = (("1", 1, 1), ("2", 2, 2), ("3", 3, 3), ("4", 4, 4), ("5-8", 5, 8),
+               ("9-16", 9, 16), ("17-plus", 17, None))
+
+
+def windows_figures(res: ReplayResult, segment_blocks: int) -> list:
+    """``(name, unit, value)`` of the mean match latency and the request count per bin
+    of windows the query spans, windows being ``segment_blocks`` long; bins no request
+    fell in are left out, and so is everything for a replay that kept no query sizes."""
+    qb = res.query_blocks
+    if not len(qb) or len(qb) != len(res.match_ns) or segment_blocks < 1:
+        return []
+    windows = -(-qb // segment_blocks)
+    out = []
+    for label, lo, hi in WINDOW_BINS:
+        sel = (windows >= lo) if hi is None else ((windows >= lo) & (windows <= hi))
+        n = int(sel.sum())
+        if n:
+            out.append((f"match-latency-windows-{label}", "second",
+                        float(res.match_ns[sel].mean()) / 1e9))
+            out.append((f"match-requests-windows-{label}", "integer", n))
+    return out
 
 
 def figure_benchmarks(figures: dict, metadata: dict, prefix: str = "") -> list:

@@ -76,6 +76,8 @@ class ReplayResult:
     store_reads_in_match: int = 0
     match_ns: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
     insert_ns: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    #: blocks each timed match was asked for (empty where a replay keeps none)
+    query_blocks: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
     wall_seconds: float = 0.0
     strategy_stats: dict = field(default_factory=dict)
     store_stats: dict = field(default_factory=dict)
@@ -224,6 +226,7 @@ def replay(strategy: IndexStrategy, workload: Workload, *, oracle: IndexStrategy
     total = len(workload) if limit is None else min(limit, len(workload))
     match_ns = np.zeros(total, dtype=np.int64)
     insert_ns = np.zeros(total, dtype=np.int64)
+    query_blocks = np.zeros(total, dtype=np.int64)
     store = strategy.store
     block_size = workload.block_size
     meta_size = strategy.meta_size
@@ -273,6 +276,7 @@ def replay(strategy: IndexStrategy, workload: Workload, *, oracle: IndexStrategy
                 oracle.insert(ids, metas)
             match_ns[i] = t1 - t0
             insert_ns[i] = t3 - t2
+            query_blocks[i] = len(q)
             i += 1
             bar.update(1)
             if status_every and (i & 255) == 0 and time.perf_counter() >= next_status:
@@ -289,6 +293,7 @@ def replay(strategy: IndexStrategy, workload: Workload, *, oracle: IndexStrategy
     res.requests = i
     res.match_ns = match_ns[:i]
     res.insert_ns = insert_ns[:i]
+    res.query_blocks = query_blocks[:i]
     if bd:
         bd.finish(res, i)
     if not check:
@@ -468,6 +473,7 @@ def replay_threaded(strategy: IndexStrategy, workload: Workload, *, threads: int
     res.timed_wall_seconds = float(ends.max() - starts.min()) / 1e9
     res.requests = total
     res.match_ns, res.insert_ns = match_ns, insert_ns
+    res.query_blocks = np.fromiter((len(r.match_ids) for r in reqs), np.int64, total)
     if bd:
         bd.finish(res, total)
     if store is not None:

@@ -16,7 +16,9 @@ oracle *of that run*, as the paper's Fig. 9 does):
                          ``segment-radix-capped``, ``segment-hash`` side by
                          side: throughput and the first strategy's ratio to
                          each, mean match/insert latency, loss, false hits,
-                         store reads per match, in-memory bytes per block.
+                         store reads per match, in-memory bytes per block,
+                         and match latency against the windows a query
+                         spans; ``name+key=value`` entries add variants.
 ``space``      (section 6.6, Table 5)  ``ssd-blockhash`` (the non-packing
                          layout, always first) beside segment layouts (default
                          ``sarp``) on the same on-disk engine and workload:
@@ -266,8 +268,38 @@ def parse_budgets(text: str) -> tuple:
     return _int_list("--budgets", text, allow_unlimited=True)
 
 
-def parse_strategies(text: str) -> tuple:
-    """``'sarp,ssd-blockhash'`` -> names, each a registered strategy, none twice."""
+#: separates a strategy from the options of one variant of it: ``sarp+batch_windows=8``
+VARIANT_SEP = "+"
+
+
+def split_entry(entry: str) -> tuple[str, dict]:
+    """``'sarp+batch_windows=8+max_retrieval=2'`` -> ``('sarp', {'batch_windows': '8',
+    'max_retrieval': '2'})``; a bare name has no options of its own."""
+    name, *parts = entry.split(VARIANT_SEP)
+    opts = {}
+    for part in parts:
+        key, sep, value = part.partition("=")
+        if not sep or not key or not value:
+            raise ConfigError(f"option --strategies: {entry!r}: {part!r} is not KEY=VALUE "
+                              f"(a variant is NAME{VARIANT_SEP}KEY=VALUE, e.g. "
+                              f"sarp{VARIANT_SEP}batch_windows=8)")
+        if key in opts:
+            raise ConfigError(f"option --strategies: {entry!r} sets {key} twice")
+        opts[key] = value
+    return name, opts
+
+
+def strategy_names(entries) -> tuple:
+    """The distinct strategies of a list of entries (variants included), in order."""
+    return tuple(dict.fromkeys(split_entry(e)[0] for e in entries))
+
+
+def parse_strategies(text: str, *, variants: bool = False) -> tuple:
+    """``'sarp,ssd-blockhash'`` -> names, each a registered strategy, none twice.
+
+    With ``variants``, an entry may also be ``NAME+KEY=VALUE[+KEY=VALUE...]``: the same
+    strategy again with those options over its others, so two configurations of one
+    strategy run side by side (``sarp,sarp+batch_windows=8``)."""
     names = [t.strip() for t in str(text).split(",")]
     if not text or any(not n for n in names):
         raise ConfigError(f"option --strategies: {text!r} is not a comma-separated list of "
@@ -276,8 +308,12 @@ def parse_strategies(text: str) -> tuple:
         raise ConfigError(f"option --strategies: {text!r} names a strategy twice")
     reg = get_registry()
     for n in names:
-        if n not in reg.names("strategy"):
-            raise ConfigError(f"option --strategies: unknown strategy {n!r}; available: "
+        if VARIANT_SEP in n and not variants:
+            raise ConfigError(f"option --strategies: {n!r}: variants (NAME{VARIANT_SEP}KEY="
+                              "VALUE) are for the strategies sweep; give strategy names")
+        base, _opts = split_entry(n)
+        if base not in reg.names("strategy"):
+            raise ConfigError(f"option --strategies: unknown strategy {base!r}; available: "
                               f"{', '.join(reg.names('strategy'))}")
     return tuple(names)
 
@@ -377,7 +413,8 @@ def make_config(kind: str, *, workload: str, workload_options: dict | None = Non
         raise ConfigError(f"option --engine: {engine} keeps nothing on disk; the space sweep "
                           "needs an on-disk engine (lmdb, rocksdb, wiredtiger, packfile, ...)")
     if kind == "strategies":
-        names = parse_strategies(strategies) if strategies is not None else DEFAULT_STRATEGIES
+        names = parse_strategies(strategies, variants=True) if strategies is not None \
+            else DEFAULT_STRATEGIES
     elif kind == "space":
         names = parse_strategies(strategies) if strategies is not None \
             else DEFAULT_SPACE_STRATEGIES
@@ -398,7 +435,8 @@ def make_config(kind: str, *, workload: str, workload_options: dict | None = Non
         direct_io=direct_io, durability=durability, limit=limit,
         budgets=parse_budgets(budgets) if budgets is not None else DEFAULT_BUDGETS,
         strategies=names,
-        strategy_options=_split_strategy_options(dict(strategy_options or {}), names),
+        strategy_options=_split_strategy_options(dict(strategy_options or {}),
+                                                 strategy_names(names)),
         backfill=backfill, scale=scale, run_requests=run_requests, repeat=repeat,
         threads=thread_counts, breakdown=bool(breakdown), force=bool(force))
     _cap_config(cfg, cap_rule, cap_entries, cap_recoveries, cap_cache)
@@ -438,7 +476,7 @@ def _thread_counts(threads) -> tuple:
 
 def _cap_config(cfg: SweepConfig, rule, entries, recoveries, cache) -> None:
     """The cap rule: ``paper`` by default wherever segment-radix-capped runs."""
-    runs_capped = cfg.kind == "strategies" and CAPPED in cfg.strategies
+    runs_capped = cfg.kind == "strategies" and CAPPED in strategy_names(cfg.strategies)
     if rule is not None and rule not in CAP_RULES:
         raise ConfigError(f"option --cap-rule: {rule!r} is not one of {', '.join(CAP_RULES)}")
     volatile = getattr(get_registry().get("engine", cfg.engine).factory, "volatile", False)
@@ -524,11 +562,13 @@ def plan(cfg: SweepConfig, *, cap_fraction: float | None = None) -> list[Setting
         return [Setting(f"ablation-{label}", "sarp", {**base, **diff})
                 for label, diff in ABLATIONS]
     out = []
-    for name in cfg.strategies:
+    for entry in cfg.strategies:
+        name, own = split_entry(entry)
         opts = _sarp_base(cfg) if name == "sarp" else dict(cfg.strategy_options.get(name, {}))
-        if name == CAPPED and cap_fraction is not None:
+        if name == CAPPED and cap_fraction is not None and not {"cap_nodes",
+                                                                "cap_fraction"} & set(own):
             opts["cap_fraction"] = cap_fraction
-        out.append(Setting(name, name, opts))
+        out.append(Setting(entry, name, {**opts, **own}))
     return out
 
 
@@ -994,8 +1034,8 @@ def paper_size(cfg: SweepConfig, *, free=None) -> PaperSize:
         entries = int(paper_blocks * f)
         if cfg.cache_rule == "paper":
             cache = int(round(cfg.cache_fraction * entries * (KEY_BYTES + META_SIZE)))
-        need = preflight.sweep_need(entries, cfg.strategies, cfg.engine, cache_bytes=cache,
-                                    run_requests=cfg.run_requests)
+        need = preflight.sweep_need(entries, strategy_names(cfg.strategies), cfg.engine,
+                                    cache_bytes=cache, run_requests=cfg.run_requests)
         short = preflight.shortfall(need, free or preflight.free_space(need.disk_dir))
         first = first or short
         if short is None or cfg.force:
@@ -1183,6 +1223,11 @@ def _suites(res: SweepResult) -> tuple[list, list]:
     cfg = res.config
     times, counts = [], []
     shared = _sweep_metadata(res)
+    # every setting's matches binned by sarp's windows, so the bins mean the same for all
+    window = next((int(r.stats["geometry_S"]) for r in res.all_rows
+                   if r.stats.get("geometry_S")), 0) if cfg.kind == "strategies" else 0
+    if window:
+        shared["windows_segment_blocks"] = window
     for r in res.all_rows:
         s = r.setting
         label = setting_name(r)
@@ -1197,7 +1242,7 @@ def _suites(res: SweepResult) -> tuple[list, list]:
         md.update(_text_stats(r.stats))
         if r.engine_cache_bytes is not None:
             md["cache_bytes"] = r.engine_cache_bytes
-        t, c = pyperf_io.replay_suites(r.result, md)
+        t, c = pyperf_io.replay_suites(r.result, md, window)
         t = [_prefixed(b, label) for b in t]
         c = [_prefixed(b, label) for b in c]
         zeros = []

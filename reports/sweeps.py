@@ -323,10 +323,38 @@ def strategies_notes(res) -> list:
     counts = config(res).get("threads") or [1]
     if len(counts) > 1:
         out.append(threads_table(res, counts))
+    windows = windows_table(res)
+    if windows:
+        out.append(windows)
     sarp = [s for s in ss if res.md(s).get("strategy") == "sarp"]
     if sarp:
         out.append(table4(res, sarp[0]))
     return out
+
+
+def windows_table(res) -> str | None:
+    """Mean match latency against the windows a query spans, one column per setting
+    (median over repeats, with the matches of the first), or None without the figures."""
+    t = res.threads()[0] if res.threads() else 1
+    ss = settings(res)
+    bins = {r.params["windows"] for r in res.readings if r.threads == t
+            and r.figure.name == "match-requests-windows-<windows>"}
+    if not bins:
+        return None
+    order = sorted(bins, key=lambda b: int(b.split("-")[0]))
+    rows = []
+    for b in order:
+        row = [b.replace("-plus", "+")]
+        for s in ss:
+            lat = res.get(f"match-latency-windows-{b}", s, t)
+            n = res.get(f"match-requests-windows-{b}", s, t)
+            row.append("-" if lat is None else
+                       f"{cell(lat, fmt_seconds)} ({_int(n.values[0]) if n else '?'})")
+        rows.append(tuple(row))
+    seg = res.first().get("windows_segment_blocks", "?")
+    return ("\nmatch latency against windows per query (windows of sarp's segment, "
+            f"{seg} blocks; cells: mean match latency (matches))\n"
+            + format_table(("windows",) + tuple(ss), rows))
 
 
 #: sarp's Table 4 figures (paper order) and their labels

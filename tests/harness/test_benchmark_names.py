@@ -130,13 +130,19 @@ def test_sweep_strategies_names(tmp_path, run_cli):
     assert code == 0, err
     times, counts = _pair(out)
     names, keys = _load(times)
-    assert names == {f"{s}-{n}" for s in SWEEP_STRATEGIES for n in REPLAY_TIMES}
+    # the windows bins a trace fills are its own; every setting has the same ones
+    bins = {n.rpartition("-match-latency-windows-")[2] for n in names
+            if "-match-latency-windows-" in n}
+    assert bins and bins <= {"1", "2", "3", "4", "5-8", "9-16", "17-plus"}
+    windows = {f"match-latency-windows-{b}" for b in bins}
+    assert names == {f"{s}-{n}" for s in SWEEP_STRATEGIES for n in REPLAY_TIMES | windows}
     assert REPLAY_METADATA | {"setting", "sweep", "scale", "repeat", "repeats", "threads",
                               "cache_bytes"} <= keys
     want = {"sizing-cache-bytes", "sizing-ssd-blockhash-entries",
             "sizing-ssd-blockhash-logical-bytes"}
     for s in SWEEP_STRATEGIES:
-        own = REPLAY_COUNTS | SWEEP_SETTING_COUNTS | _index(s)
+        own = REPLAY_COUNTS | SWEEP_SETTING_COUNTS | _index(s) | {
+            f"match-requests-windows-{b}" for b in bins}
         if "memory-bytes" in INDEX_COUNTERS[s]:
             own |= MEMORY_COUNTS
         want |= {f"{s}-{n}" for n in own}

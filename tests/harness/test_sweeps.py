@@ -170,6 +170,60 @@ def test_strategies_fixed_cache_and_custom_list(run_cli):
     assert settings["sarp"]["tau"] == "8" and settings["sarp"]["backfill"] == "sync"
 
 
+def test_a_variant_runs_the_same_strategy_again_with_its_own_options():
+    """``sarp+batch_windows=3`` is sarp with the sweep's sarp options and its own on top:
+    its matches fetch several windows per round trip, the plain sarp's never do."""
+    cfg = _cfg("strategies", strategies="sarp,sarp+batch_windows=3+max_retrieval=2",
+               strategy_options={"tau": "8"})
+    settings = {s.label: s for s in sweeps.plan(cfg)}
+    variant = settings["sarp+batch_windows=3+max_retrieval=2"]
+    assert variant.strategy == "sarp"
+    assert variant.options == {"backfill": "sync", "tau": "8", "batch_windows": "3",
+                               "max_retrieval": "2"}
+    assert settings["sarp"].options == {"backfill": "sync", "tau": "8"}
+    res = sweeps.run_sweep(cfg)
+    plain, batched = res.row("sarp"), res.row(variant.label)
+    assert plain.stats["speculative_reads"] == 0
+    assert batched.stats["speculative_reads"] > 0
+    assert plain.result.false_hits == batched.result.false_hits == 0
+    assert "sarp+batch_windows=3+max_retrieval=2" in res.table()
+
+
+def test_match_latency_against_windows_per_query(strategies):
+    """Every timed match lands in one bin of windows (sarp's segment size), for every
+    setting alike; the table shows each bin with its matches."""
+    S = strategies.reference.stats["geometry_S"]
+    times, counts = strategies.suites()
+    assert counts[0].get_metadata()["windows_segment_blocks"] == S
+    for row in strategies.rows:
+        label = row.setting.label
+        got = {b.get_name()[len(label) + 1:]: b for b in counts
+               if b.get_name().startswith(f"{label}-match-requests-windows-")}
+        assert sum(int(b.get_values()[0]) for b in got.values()) == row.result.requests
+        windows = -(-row.result.query_blocks // S)
+        assert int(got["match-requests-windows-2"].get_values()[0]) == int((windows == 2).sum())
+        lat = next(b for b in times if b.get_name() == f"{label}-match-latency-windows-2")
+        want = row.result.match_ns[windows == 2].mean() / 1e9
+        assert lat.get_values()[0] == pytest.approx(want)
+    table = strategies.table()
+    assert "match latency against windows per query" in table
+    assert f"windows of sarp's segment, {S} blocks" in table
+
+
+def test_windows_bins_cover_every_count():
+    from prefixbench.harness.pyperf_io import windows_figures
+    from prefixbench.harness.replay import ReplayResult
+    import numpy as np
+    res = ReplayResult(match_ns=np.array([10, 20, 30, 40, 50, 60], np.int64),
+                       query_blocks=np.array([1, 64, 65, 128, 1000, 2000], np.int64))
+    got = {n: v for n, _u, v in windows_figures(res, 64)}
+    assert got == {"match-latency-windows-1": 15e-9, "match-requests-windows-1": 2,
+                   "match-latency-windows-2": 35e-9, "match-requests-windows-2": 2,
+                   "match-latency-windows-9-16": 50e-9, "match-requests-windows-9-16": 1,
+                   "match-latency-windows-17-plus": 60e-9, "match-requests-windows-17-plus": 1}
+    assert windows_figures(ReplayResult(), 64) == []
+
+
 # ----------------------------------------------------------------------------- space
 def test_space_sweep_table5_against_ssd_blockhash(tmp_path, run_cli):
     """ssd-blockhash comes first whatever the order given; its ratios are 1; its
@@ -618,6 +672,13 @@ def test_strategies_table_shows_calibration(strategies):
     (["-e", "lmdb", "-S", "segment-radix-capped:cap_nodes=64"], "cap_nodes"),
     (["-e", "lmdb", "--strategies", "sarp,ssd-blockhash", "--cap-entries", "1e7"],
      "segment-radix-capped"),
+    (["--strategies", "sarp,sarp+batch_windows"], "'batch_windows' is not KEY=VALUE"),
+    (["--strategies", "sarp,sarp+batch_windows="], "is not KEY=VALUE"),
+    (["--strategies", "sarp+tau=8+tau=9"], "sets tau twice"),
+    (["--strategies", "sarp,sarp+batch_windows=0"], "batch_windows"),
+    (["--strategies", "sarp,sarp+no_such_option=1"], "no_such_option"),
+    (["--strategies", "sarp,nosuch+tau=8"], "unknown strategy 'nosuch'"),
+    (["--strategies", "sarp+tau=8,sarp+tau=8"], "twice"),
 ])
 def test_bad_strategies_options_are_one_line(run_cli, args, needle):
     code, stdout, err = run_cli("sweep", "strategies", "-w", "codeact", *args)
@@ -631,6 +692,9 @@ def test_bad_strategies_options_are_one_line(run_cli, args, needle):
     (["sweep", "space", "-w", "codeact", "--threads", "1,2"], "--threads"),
     (["sweep", "retrieval", "-w", "codeact", "--cap-rule", "fixed"], "--cap-rule"),
     (["sweep", "strategies", "-w", "oasst", "--scale", "paper", "-e", "lmdb"], "oasst"),
+    (["sweep", "space", "-w", "codeact", "--strategies", "sarp+tau=8"], "variants"),
+    (["sweep", "capacity", "-w", "codeact", "--pool-blocks", "1e3", "--strategies",
+      "sarp+tau=8"], "variants"),
 ])
 def test_options_of_other_kinds_are_one_line(run_cli, args, needle):
     code, stdout, err = run_cli(*args)
