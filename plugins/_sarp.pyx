@@ -374,6 +374,9 @@ cdef int _cmp_seg_desc(const void* a, const void* b) noexcept nogil:
 
 
 NONE, PENDING, LIVE = 0, 1, 2
+DEF NONE_ = 0
+DEF PENDING_ = 1
+DEF LIVE_ = 2
 cdef uint64_t MAX_SEG = 0xFFFFFFFFULL
 
 
@@ -558,6 +561,142 @@ cdef class RoutingDirectory:
         if r < 0:
             raise MemoryError("routing directory: out of memory")
         return size, bool(vis), ns, rs
+
+    cdef Py_ssize_t _put(self, uint64_t key, uint32_t off, uint64_t filt, uint32_t seg,
+                         bint visible_if_new) noexcept nogil:
+        """:meth:`upsert` under the caller's write lock: the entry's index, -1 on OOM."""
+        cdef Py_ssize_t e = self._find(key)
+        if e < 0:
+            e = self._create(key, off, visible_if_new)
+        if e < 0 or self._add(&self.entries[e], filt, seg, True) < 0:
+            return -1
+        return e
+
+    cdef inline uint8_t _state(self, uint64_t key, bint refine) noexcept nogil:
+        cdef Py_ssize_t e = self._find(key)
+        if e < 0:
+            return NONE_
+        return self.entries[e].refine_state if refine else self.entries[e].next_state
+
+    def register(self, ids, uint64_t seg, base, mids, Py_ssize_t last, int nfields,
+                 int stride, int bits, bint pruning, bint refinement,
+                 Py_ssize_t pruning_threshold, Py_ssize_t tau):
+        """Register segment ``seg`` (block ids ``ids``) at its routing points under one
+        write lock; ``(jobs, pending)`` as the reference's ``register`` (its doc has
+        the rules)."""
+        cdef const uint64_t[::1] a = np.ascontiguousarray(ids, dtype=np.uint64)
+        cdef const int64_t[::1] bo = np.ascontiguousarray(base, dtype=np.int64)
+        cdef const int64_t[::1] mo = np.ascontiguousarray(mids, dtype=np.int64)
+        cdef Py_ssize_t n = a.shape[0], R = bo.shape[0], M = mo.shape[0]
+        if M and M != R:
+            raise ValueError("register: one midpoint per base point")
+        if seg > MAX_SEG:
+            raise OverflowError(f"segment id {seg} does not fit the 32-bit posting reference")
+        if n == 0 or R == 0:
+            return [], []
+        cdef Py_ssize_t cap = R + M + 1
+        # jobs: (key, offset, which); pending: (parent key, which, key)
+        cdef uint64_t* jk = <uint64_t*>malloc(2 * cap * sizeof(uint64_t))
+        cdef int64_t* jo = <int64_t*>malloc(2 * cap * sizeof(int64_t))
+        cdef uint8_t* jw = <uint8_t*>malloc(2 * cap)
+        cdef uint64_t* pp = <uint64_t*>malloc(cap * sizeof(uint64_t))
+        cdef uint64_t* pc = <uint64_t*>malloc(cap * sizeof(uint64_t))
+        cdef uint8_t* pw = <uint8_t*>malloc(cap)
+        cdef uint8_t* done = <uint8_t*>malloc(R)
+        if jk == NULL or jo == NULL or jw == NULL or pp == NULL or pc == NULL or pw == NULL \
+                or done == NULL:
+            free(jk); free(jo); free(jw); free(pp); free(pc); free(pw); free(done)
+            raise MemoryError()
+        cdef const uint64_t* ip = &a[0]
+        cdef Py_ssize_t nj = 0, np_ = 0, i, e, b, m
+        cdef uint8_t state, vis
+        cdef uint32_t size, s32 = <uint32_t>seg
+        cdef uint64_t k, parent
+        cdef bint oom = False, final
+        with nogil:
+            pb_wrlock(&self.lock)
+            for i in range(R):
+                done[i] = 0
+            state = LIVE_
+            for i in range(R):
+                b = bo[i]
+                if b >= n:
+                    break
+                if i > 0 and pruning:
+                    state = self._state(ip[bo[i - 1]], False)
+                    if state == NONE_:
+                        break
+                k = ip[b]
+                e = self._put(k, <uint32_t>b, _filter(ip, n, b, nfields, stride, bits), s32,
+                              state == LIVE_)
+                if e < 0:
+                    oom = True
+                    break
+                vis = self.entries[e].visible
+                if state == PENDING_ and not vis:
+                    pp[np_], pw[np_], pc[np_] = ip[bo[i - 1]], 0, k
+                    np_ += 1
+                done[i] = 1
+                if vis:
+                    size = self.entries[e].n
+                    if pruning and self.entries[e].next_state == NONE_ and \
+                            size > pruning_threshold and i < R - 1:
+                        self.entries[e].next_state = PENDING_
+                        jk[nj], jo[nj], jw[nj] = k, b, 0
+                        nj += 1
+                    if refinement and self.entries[e].refine_state == NONE_ and \
+                            size > tau and M > 0:
+                        self.entries[e].refine_state = PENDING_
+                        jk[nj], jo[nj], jw[nj] = k, b, 1
+                        nj += 1
+            if refinement and M > 0 and not oom:
+                for i in range(R):
+                    if not done[i]:
+                        break
+                    m = mo[i]
+                    if m >= n:
+                        continue
+                    parent = ip[bo[i]]
+                    state = self._state(parent, True)
+                    if state == NONE_:
+                        continue
+                    k = ip[m]
+                    e = self._put(k, <uint32_t>m, _filter(ip, n, m, nfields, stride, bits),
+                                  s32, state == LIVE_)
+                    if e < 0:
+                        oom = True
+                        break
+                    vis = self.entries[e].visible
+                    if state == PENDING_ and not vis:
+                        pp[np_], pw[np_], pc[np_] = parent, 1, k
+                        np_ += 1
+                    final = i == M - 1
+                    if vis and final and last >= 0:
+                        size = self.entries[e].n
+                        if self.entries[e].refine_state == NONE_ and size > tau:
+                            self.entries[e].refine_state = PENDING_
+                            jk[nj], jo[nj], jw[nj] = k, m, 1
+                            nj += 1
+                    if final and 0 <= last < n:
+                        state = self._state(k, True)
+                        if state == NONE_:
+                            continue
+                        e = self._put(ip[last], <uint32_t>last,
+                                      _filter(ip, n, last, nfields, stride, bits), s32,
+                                      state == LIVE_)
+                        if e < 0:
+                            oom = True
+                            break
+                        if state == PENDING_ and not self.entries[e].visible:
+                            pp[np_], pw[np_], pc[np_] = k, 1, ip[last]
+                            np_ += 1
+            pb_unlock(&self.lock)
+        jobs = [(jk[i], jo[i], jw[i]) for i in range(nj)]
+        pending = [(pp[i], pw[i], pc[i]) for i in range(np_)]
+        free(jk); free(jo); free(jw); free(pp); free(pc); free(pw); free(done)
+        if oom:
+            raise MemoryError("routing directory: out of memory")
+        return jobs, pending
 
     def set_state(self, uint64_t key, int next_state=-1, int refine_state=-1):
         """Set an entry's pruning (``next_state``) or refinement state; -1 keeps it."""

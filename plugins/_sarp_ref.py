@@ -218,6 +218,82 @@ class RoutingDirectory:
             self._add(e, filt, seg, True)
             return len(e.items), e.visible, e.next_state, e.refine_state
 
+    def register(self, ids, seg, base, mids, last, nfields, stride, bits, pruning,
+                 refinement, pruning_threshold, tau):
+        """Register segment ``seg`` (block ids ``ids``) at its routing points.
+
+        ``base``: the window's base offsets; ``mids``: one midpoint per base (empty
+        without refinement); ``last``: the last-block point (-1: none).  Base point
+        ``i + 1`` follows only while base ``i``'s entry is expanded (``pruning``),
+        a midpoint only while its base is refined, the last block only while the
+        final midpoint is; a new entry under a PENDING parent stays hidden and is
+        listed in ``pending`` as ``(parent key, which, key)`` (0 pruning, 1
+        refinement) for the back-fill to reveal.  A visible entry that outgrew its
+        threshold is marked PENDING at once (so the next point sees it) and listed
+        in ``jobs`` as ``(key, offset, which)``, in order.  Returns ``(jobs, pending)``.
+        """
+        ids = np.ascontiguousarray(ids, np.uint64)
+        n, seg = len(ids), int(seg)
+        base, mids, last = [int(b) for b in base], [int(m) for m in mids], int(last)
+        if mids and len(mids) != len(base):
+            raise ValueError("register: one midpoint per base point")
+        if seg > _MAX_SEG:
+            raise OverflowError(f"segment id {seg} does not fit the 32-bit posting reference")
+        points = sorted({o for o in (*base, *mids, last) if 0 <= o < n})
+        fl = dict(zip(points, filters(ids, n, np.array(points, np.int64), nfields, stride,
+                                      bits).tolist()))
+        key = {o: int(ids[o]) for o in points}
+        jobs, pending = [], []
+
+        def trigger(k, off, size, ns, rs, expands, refines):
+            if pruning and ns == NONE and size > pruning_threshold and expands:
+                self.set_state(k, next_state=PENDING)
+                jobs.append((k, off, 0))
+            if refinement and rs == NONE and size > tau and refines:
+                self.set_state(k, refine_state=PENDING)
+                jobs.append((k, off, 1))
+
+        registered = []
+        state = LIVE
+        for i, b in enumerate(base):
+            if b >= n:
+                break
+            if i > 0 and pruning:
+                state = self.info(key[base[i - 1]])[3]
+                if state == NONE:
+                    break
+            size, vis, ns, rs = self.upsert(key[b], b, fl[b], seg, state == LIVE)
+            if state == PENDING and not vis:
+                pending.append((key[base[i - 1]], 0, key[b]))
+            registered.append(i)
+            if vis:
+                trigger(key[b], b, size, ns, rs, i < len(base) - 1, bool(mids))
+        if not refinement or not mids:
+            return jobs, pending
+        for i in registered:
+            m = mids[i]
+            if m >= n:
+                continue
+            parent = key[base[i]]
+            state = self.info(parent)[4]
+            if state == NONE:
+                continue
+            size, vis, ns, rs = self.upsert(key[m], m, fl[m], seg, state == LIVE)
+            if state == PENDING and not vis:
+                pending.append((parent, 1, key[m]))
+            final = i == len(mids) - 1
+            if vis:
+                trigger(key[m], m, size, ns, rs, False, final and last >= 0)
+            if final and 0 <= last < n:
+                state = self.info(key[m])[4]
+                if state == NONE:
+                    continue
+                _size, vis, _ns, _rs = self.upsert(key[last], last, fl[last], seg,
+                                                   state == LIVE)
+                if state == PENDING and not vis:
+                    pending.append((key[m], 1, key[last]))
+        return jobs, pending
+
     def set_state(self, key, next_state=-1, refine_state=-1):
         with self._lock:
             e = self._d.get(int(key))

@@ -305,6 +305,10 @@ class _Geometry:
         self.next_base = {b: self.base[i + 1] for i, b in enumerate(self.base[:-1])}
         self.mid_of = {b: m for b, m in zip(self.base, self.mids)}
         self.final_mid = self.mids[-1] if self.mids else None
+        # what RoutingDirectory.register walks
+        self.base_arr = np.array(self.base, dtype=np.int64)
+        self.mids_arr = np.array(self.mids, dtype=np.int64)
+        self.last_point = -1 if self.last is None else self.last     # -1: none
 
     def probes(self, qlen: int) -> np.ndarray:
         """Probe offsets below ``qlen``, deepest first."""
@@ -933,57 +937,18 @@ class SarpStrategy(TombstoneOverlay):
 
     # ------------------------------------------------------------------ registration
     def _register(self, seg: Segment) -> None:
-        """Register ``seg``'s routing points (caller holds the insert lock)."""
-        geo, n = self.geo, seg.n
-        offs = [o for o in geo.asc if o < n]
-        ids = seg.ids
-        flts = self._filters(ids, n, np.array(offs, np.int64), self.N, self.stride, self.bits)
-        fl = dict(zip(offs, flts.tolist()))
-        key_at = {o: int(ids[o]) for o in offs}
-        sid = seg.seg_id
-        base_reg = []
-        parent_state = LIVE
-        for i, b in enumerate(geo.base):
-            if b >= n:
-                break
-            if i > 0:
-                parent = key_at[geo.base[i - 1]]
-                if self.pruning:
-                    parent_state = self.dir.info(parent)[3]
-                    if parent_state == NONE:
-                        break
-                else:
-                    parent_state = LIVE
-            visible_new = parent_state == LIVE
-            size, vis, ns, rs = self.dir.upsert(key_at[b], b, fl[b], sid, visible_new)
-            if parent_state == PENDING and not vis:
-                self._pending_children.setdefault((key_at[geo.base[i - 1]], 0), set()).add(key_at[b])
-            base_reg.append(b)
-            if vis:
-                self._maybe_trigger(key_at[b], b, size, ns, rs)
-        if not self.refinement:
-            return
-        for b in base_reg:
-            m = geo.mid_of.get(b)
-            if m is None or m >= n:
-                continue
-            parent = key_at[b]
-            st = self.dir.info(parent)[4]
-            if st == NONE:
-                continue
-            size, vis, ns, rs = self.dir.upsert(key_at[m], m, fl[m], sid, st == LIVE)
-            if st == PENDING and not vis:
-                self._pending_children.setdefault((parent, 1), set()).add(key_at[m])
-            if vis:
-                self._maybe_trigger(key_at[m], m, size, ns, rs)
-            if m == geo.final_mid and geo.last is not None and geo.last < n:
-                st2 = self.dir.info(key_at[m])[4]
-                if st2 == NONE:
-                    continue
-                last = geo.last
-                size, vis, ns, rs = self.dir.upsert(key_at[last], last, fl[last], sid, st2 == LIVE)
-                if st2 == PENDING and not vis:
-                    self._pending_children.setdefault((key_at[m], 1), set()).add(key_at[last])
+        """Register ``seg``'s routing points (caller holds the insert lock): the
+        directory walks them (``RoutingDirectory.register``), marking entries that
+        outgrew a threshold; their back-fill jobs and the hidden entries waiting on
+        a parent are booked here, in the order the walk found them."""
+        geo = self.geo
+        jobs, pending = self.dir.register(seg.ids, seg.seg_id, geo.base_arr, geo.mids_arr,
+                                          geo.last_point, self.N, self.stride, self.bits,
+                                          self.pruning, self.refinement, self.pt, self.tau)
+        for parent, which, key in pending:
+            self._pending_children.setdefault((parent, which), set()).add(key)
+        for job in jobs:
+            self._schedule(job)
 
     def _maybe_trigger(self, key: int, off: int, size: int, ns: int, rs: int) -> None:
         """Schedule rematerialization / refinement for a visible entry that outgrew

@@ -624,6 +624,72 @@ def test_directory_compiled_equals_reference_on_random_updates(ops):
     assert a.n_postings == b.n_postings and a.check() and b.check()
 
 
+def _reg_geometry(R, refine):
+    base = [i * 4 for i in range(R)]
+    mids = [b + 2 for b in base] if refine else []
+    return base, mids, (4 * R - 1 if refine else -1)
+
+
+@pytest.mark.compiled
+@settings(max_examples=150, deadline=None)
+@given(R=st.integers(1, 4), refine=st.booleans(), pruning=st.booleans(),
+       pt=st.integers(0, 3), tau=st.integers(0, 3),
+       states=st.lists(st.tuples(st.integers(0, 15), st.integers(0, 2), st.integers(0, 2)),
+                       max_size=12),
+       segs=st.lists(st.tuples(st.integers(1, 16), st.integers(0, 3)), min_size=1,
+                     max_size=12))
+def test_directory_register_compiled_equals_reference(R, refine, pruning, pt, tau, states,
+                                                       segs):
+    """The walk of one segment's routing points (which points it reaches, what stays
+    hidden under a pending parent, which entries it marks for back-fill) is the same
+    in the compiled directory and its reference, from any entry states."""
+    base, mids, last = _reg_geometry(R, refine)
+    a, b = RoutingDirectory(), RoutingDirectoryPy()
+    prefixes = [np.arange(1, 4 * R + 1, dtype=np.uint64) * 1000 + p for p in range(4)]
+    # earlier registrations, then arbitrary states on some of their entries
+    for d in (a, b):
+        for p in prefixes[:2]:
+            d.register(p, 100, base, mids, last, 2, 2, 4, pruning, refine, pt, tau)
+    for slot, ns, rs in states:
+        k = int(prefixes[slot % 2][slot % (4 * R)])
+        if a.info(k) is not None:
+            a.set_state(k, ns, rs)
+            b.set_state(k, ns, rs)
+    for seg, (n, p) in enumerate(segs, 1):
+        ids = prefixes[p][:min(n, 4 * R)]
+        got = a.register(ids, seg, base, mids, last, 2, 2, 4, pruning, refine, pt, tau)
+        want = b.register(ids, seg, base, mids, last, 2, 2, 4, pruning, refine, pt, tau)
+        assert got == want
+    assert _entries(a) == _entries(b)
+    assert a.n_postings == b.n_postings and a.check() and b.check()
+
+
+def _entries(d):
+    """A directory's entries and postings, in an order both implementations share."""
+    x = d.dump()
+    return (sorted(zip(x["keys"].tolist(), x["offs"].tolist(), x["visible"].tolist(),
+                       x["next_state"].tolist(), x["refine_state"].tolist())),
+            sorted(zip(x["keys"][x["entry"]].tolist(), x["filters"].tolist(),
+                       x["segs"].tolist())))
+
+
+def test_register_marks_a_grown_entry_before_the_next_point_is_reached():
+    """A base entry that outgrows the pruning threshold is PENDING for the very next
+    point of the same walk: that point registers hidden, listed for the back-fill."""
+    base, mids, last = _reg_geometry(2, False)
+    for d in (RoutingDirectory(), RoutingDirectoryPy()):
+        ids = [np.array([7, 100 + i, 200 + i, 300 + i, 400 + i, 500 + i, 600 + i, 700 + i],
+                        np.uint64) for i in range(3)]
+        assert d.register(ids[0], 1, base, mids, last, 2, 2, 4, True, False, 1, 99) == ([], [])
+        assert d.info(int(ids[0][4])) is None            # pruned: the first entry holds 1
+        jobs, pending = d.register(ids[1], 2, base, mids, last, 2, 2, 4, True, False, 1, 99)
+        assert jobs == [(7, 0, 0)]                       # 2 > threshold 1: expand, once
+        assert pending == [(7, 0, int(ids[1][4]))]       # reached, hidden under PENDING
+        assert d.info(7)[3] == PENDING and d.info(int(ids[1][4]))[2] is False
+        assert d.register(ids[2], 3, base, mids, last, 2, 2, 4, True, False, 1, 99) == \
+            ([], [(7, 0, int(ids[2][4]))])
+
+
 # ----------------------------------------------------------------------------- mechanisms
 def _fan(prefix_len: int, branches: int, tail: int, seed=0):
     """``branches`` sequences sharing ``prefix_len`` tokens, then diverging."""
