@@ -349,11 +349,11 @@ def windows_table(res) -> str | None:
             lat = res.get(f"match-latency-windows-{b}", s, t)
             n = res.get(f"match-requests-windows-{b}", s, t)
             row.append("-" if lat is None else
-                       f"{cell(lat, fmt_seconds)} ({_int(n.values[0]) if n else '?'})")
+                       f"{cell(lat, fmt_seconds)} n={_int(n.values[0]) if n else '?'}")
         rows.append(tuple(row))
     seg = res.first().get("windows_segment_blocks", "?")
     return ("\nmatch latency against windows per query (windows of sarp's segment, "
-            f"{seg} blocks; cells: mean match latency (matches))\n"
+            f"{seg} blocks; cells: mean match latency, n= the matches that many windows long)\n"
             + format_table(("windows",) + tuple(ss), rows))
 
 
