@@ -174,13 +174,13 @@ def test_a_variant_runs_the_same_strategy_again_with_its_own_options():
     """``sarp+batch_windows=3`` is sarp with the sweep's sarp options and its own on top:
     its matches fetch several windows per round trip, the plain sarp's never do."""
     cfg = _cfg("strategies", strategies="sarp,sarp+batch_windows=3+max_retrieval=2",
-               strategy_options={"tau": "8"})
+               strategy_options={"tau": "8", "batch_windows": "1"})
     settings = {s.label: s for s in sweeps.plan(cfg)}
     variant = settings["sarp+batch_windows=3+max_retrieval=2"]
     assert variant.strategy == "sarp"
     assert variant.options == {"backfill": "sync", "tau": "8", "batch_windows": "3",
                                "max_retrieval": "2"}
-    assert settings["sarp"].options == {"backfill": "sync", "tau": "8"}
+    assert settings["sarp"].options == {"backfill": "sync", "tau": "8", "batch_windows": "1"}
     res = sweeps.run_sweep(cfg)
     plain, batched = res.row("sarp"), res.row(variant.label)
     assert plain.stats["speculative_reads"] == 0
