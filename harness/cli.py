@@ -226,8 +226,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--strategies", help="strategies: comma-separated strategy names, the first "
                    "is the one ratios are taken from (default: sarp,ssd-blockhash,"
                    "segment-radix-capped,segment-hash); NAME+KEY=VALUE[+KEY=VALUE] adds a "
-                   "variant of a strategy with those options (sarp+batch_windows=8); space: the layouts beside ssd-blockhash, "
-                   "which always comes first (default: sarp); capacity: the strategies at "
+                   "variant of a strategy with those options (sarp+batch_windows=8); space: "
+                   "the layouts beside ssd-blockhash, which always comes first (default: sarp); capacity: the strategies at "
                    "every capacity (default: radix,dram-blockhash,sarp, those that can "
                    "remove)")
     p.add_argument("--strategy-option", "-S", action="append", default=[],
@@ -714,8 +714,8 @@ def cmd_sweep(args, leftover, argv, quiet):
     if cfg.scale != "paper":             # --scale paper sizes itself to what fits
         from prefixbench.harness import preflight
         preflight.check_replay(f"sweep {args.kind}", sweeps.strategy_names(cfg.strategies),
-                               cfg.engine, cfg.workload,
-                               cfg.workload_options, cache_bytes=cfg.cache_bytes or 0,
+                               cfg.engine, cfg.workload, cfg.workload_options,
+                               cache_bytes=cfg.cache_bytes or 0,
                                limit=cfg.limit, force=cfg.force)
     result = sweeps.run_sweep(cfg, quiet=quiet)
     written = result.write(args.output) if args.output else None

@@ -359,6 +359,18 @@ cdef struct Entry:
 
 
 
+cdef struct Job:            # a back-fill job register() found: (key, offset, which)
+    uint64_t key
+    int64_t off
+    uint8_t which
+
+
+cdef struct Hidden:         # an entry register() left hidden under a PENDING parent
+    uint64_t parent
+    uint8_t which
+    uint64_t key
+
+
 cdef inline uint64_t _slot_hash(uint64_t key) noexcept nogil:
     return fmix64(key ^ 0x9E3779B97F4A7C15ULL)
 
@@ -540,7 +552,6 @@ cdef class RoutingDirectory:
         Returns ``(size, visible, next_state, refine_state)`` of the entry after.
         """
         cdef Py_ssize_t e
-        cdef int r = 0
         cdef Entry* ent
         cdef uint32_t size
         cdef uint8_t vis, ns, rs
@@ -548,17 +559,12 @@ cdef class RoutingDirectory:
             raise OverflowError(f"segment id {seg} does not fit the 32-bit posting reference")
         with nogil:
             pb_wrlock(&self.lock)
-            e = self._find(key)
-            if e < 0:
-                e = self._create(key, off, visible_if_new)
-            if e < 0:
-                r = -1
-            else:
+            e = self._put(key, off, filt, <uint32_t>seg, visible_if_new)
+            if e >= 0:
                 ent = &self.entries[e]
-                r = self._add(ent, filt, <uint32_t>seg, True)
                 size, vis, ns, rs = ent.n, ent.visible, ent.next_state, ent.refine_state
             pb_unlock(&self.lock)
-        if r < 0:
+        if e < 0:
             raise MemoryError("routing directory: out of memory")
         return size, bool(vis), ns, rs
 
@@ -594,31 +600,25 @@ cdef class RoutingDirectory:
             raise OverflowError(f"segment id {seg} does not fit the 32-bit posting reference")
         if n == 0 or R == 0:
             return [], []
+        # at most one job per mechanism and one hidden entry per point reached
         cdef Py_ssize_t cap = R + M + 1
-        # jobs: (key, offset, which); pending: (parent key, which, key)
-        cdef uint64_t* jk = <uint64_t*>malloc(2 * cap * sizeof(uint64_t))
-        cdef int64_t* jo = <int64_t*>malloc(2 * cap * sizeof(int64_t))
-        cdef uint8_t* jw = <uint8_t*>malloc(2 * cap)
-        cdef uint64_t* pp = <uint64_t*>malloc(cap * sizeof(uint64_t))
-        cdef uint64_t* pc = <uint64_t*>malloc(cap * sizeof(uint64_t))
-        cdef uint8_t* pw = <uint8_t*>malloc(cap)
-        cdef uint8_t* done = <uint8_t*>malloc(R)
-        if jk == NULL or jo == NULL or jw == NULL or pp == NULL or pc == NULL or pw == NULL \
-                or done == NULL:
-            free(jk); free(jo); free(jw); free(pp); free(pc); free(pw); free(done)
+        cdef Job* jobs = <Job*>malloc(2 * cap * sizeof(Job))
+        cdef Hidden* hidden = <Hidden*>malloc(cap * sizeof(Hidden))
+        if jobs == NULL or hidden == NULL:
+            free(jobs)
+            free(hidden)
             raise MemoryError()
         cdef const uint64_t* ip = &a[0]
-        cdef Py_ssize_t nj = 0, np_ = 0, i, e, b, m
-        cdef uint8_t state, vis
-        cdef uint32_t size, s32 = <uint32_t>seg
+        cdef Py_ssize_t nj = 0, nh = 0, nreg = 0, i, e, b, m
+        cdef uint8_t state
+        cdef uint32_t s32 = <uint32_t>seg
         cdef uint64_t k, parent
+        cdef Entry* ent
         cdef bint oom = False, final
         with nogil:
             pb_wrlock(&self.lock)
-            for i in range(R):
-                done[i] = 0
             state = LIVE_
-            for i in range(R):
+            for i in range(R):          # base points; the ones reached are a prefix
                 b = bo[i]
                 if b >= n:
                     break
@@ -632,71 +632,66 @@ cdef class RoutingDirectory:
                 if e < 0:
                     oom = True
                     break
-                vis = self.entries[e].visible
-                if state == PENDING_ and not vis:
-                    pp[np_], pw[np_], pc[np_] = ip[bo[i - 1]], 0, k
-                    np_ += 1
-                done[i] = 1
-                if vis:
-                    size = self.entries[e].n
-                    if pruning and self.entries[e].next_state == NONE_ and \
-                            size > pruning_threshold and i < R - 1:
-                        self.entries[e].next_state = PENDING_
-                        jk[nj], jo[nj], jw[nj] = k, b, 0
+                ent = &self.entries[e]
+                if state == PENDING_ and not ent.visible:
+                    hidden[nh] = Hidden(ip[bo[i - 1]], 0, k)
+                    nh += 1
+                nreg += 1
+                if ent.visible:
+                    if pruning and ent.next_state == NONE_ and ent.n > pruning_threshold \
+                            and i < R - 1:
+                        ent.next_state = PENDING_
+                        jobs[nj] = Job(k, b, 0)
                         nj += 1
-                    if refinement and self.entries[e].refine_state == NONE_ and \
-                            size > tau and M > 0:
-                        self.entries[e].refine_state = PENDING_
-                        jk[nj], jo[nj], jw[nj] = k, b, 1
+                    if refinement and ent.refine_state == NONE_ and ent.n > tau and M > 0:
+                        ent.refine_state = PENDING_
+                        jobs[nj] = Job(k, b, 1)
                         nj += 1
-            if refinement and M > 0 and not oom:
-                for i in range(R):
-                    if not done[i]:
-                        break
-                    m = mo[i]
-                    if m >= n:
-                        continue
-                    parent = ip[bo[i]]
-                    state = self._state(parent, True)
+            for i in range(nreg if refinement and M > 0 and not oom else 0):
+                m = mo[i]
+                if m >= n:
+                    continue
+                parent = ip[bo[i]]
+                state = self._state(parent, True)
+                if state == NONE_:
+                    continue
+                k = ip[m]
+                e = self._put(k, <uint32_t>m, _filter(ip, n, m, nfields, stride, bits), s32,
+                              state == LIVE_)
+                if e < 0:
+                    oom = True
+                    break
+                ent = &self.entries[e]
+                if state == PENDING_ and not ent.visible:
+                    hidden[nh] = Hidden(parent, 1, k)
+                    nh += 1
+                final = i == M - 1
+                if ent.visible and final and last >= 0 and ent.refine_state == NONE_ \
+                        and ent.n > tau:
+                    ent.refine_state = PENDING_
+                    jobs[nj] = Job(k, m, 1)
+                    nj += 1
+                if final and 0 <= last < n:
+                    state = self._state(k, True)
                     if state == NONE_:
                         continue
-                    k = ip[m]
-                    e = self._put(k, <uint32_t>m, _filter(ip, n, m, nfields, stride, bits),
-                                  s32, state == LIVE_)
+                    e = self._put(ip[last], <uint32_t>last,
+                                  _filter(ip, n, last, nfields, stride, bits), s32,
+                                  state == LIVE_)
                     if e < 0:
                         oom = True
                         break
-                    vis = self.entries[e].visible
-                    if state == PENDING_ and not vis:
-                        pp[np_], pw[np_], pc[np_] = parent, 1, k
-                        np_ += 1
-                    final = i == M - 1
-                    if vis and final and last >= 0:
-                        size = self.entries[e].n
-                        if self.entries[e].refine_state == NONE_ and size > tau:
-                            self.entries[e].refine_state = PENDING_
-                            jk[nj], jo[nj], jw[nj] = k, m, 1
-                            nj += 1
-                    if final and 0 <= last < n:
-                        state = self._state(k, True)
-                        if state == NONE_:
-                            continue
-                        e = self._put(ip[last], <uint32_t>last,
-                                      _filter(ip, n, last, nfields, stride, bits), s32,
-                                      state == LIVE_)
-                        if e < 0:
-                            oom = True
-                            break
-                        if state == PENDING_ and not self.entries[e].visible:
-                            pp[np_], pw[np_], pc[np_] = k, 1, ip[last]
-                            np_ += 1
+                    if state == PENDING_ and not self.entries[e].visible:
+                        hidden[nh] = Hidden(k, 1, ip[last])
+                        nh += 1
             pb_unlock(&self.lock)
-        jobs = [(jk[i], jo[i], jw[i]) for i in range(nj)]
-        pending = [(pp[i], pw[i], pc[i]) for i in range(np_)]
-        free(jk); free(jo); free(jw); free(pp); free(pc); free(pw); free(done)
+        out = ([(jobs[i].key, jobs[i].off, jobs[i].which) for i in range(nj)],
+               [(hidden[i].parent, hidden[i].which, hidden[i].key) for i in range(nh)])
+        free(jobs)
+        free(hidden)
         if oom:
             raise MemoryError("routing directory: out of memory")
-        return jobs, pending
+        return out
 
     def set_state(self, uint64_t key, int next_state=-1, int refine_state=-1):
         """Set an entry's pruning (``next_state``) or refinement state; -1 keeps it."""

@@ -253,7 +253,7 @@ class RoutingDirectory:
                 self.set_state(k, refine_state=PENDING)
                 jobs.append((k, off, 1))
 
-        registered = []
+        reached = 0             # base points reached: a prefix of base
         state = LIVE
         for i, b in enumerate(base):
             if b >= n:
@@ -265,12 +265,12 @@ class RoutingDirectory:
             size, vis, ns, rs = self.upsert(key[b], b, fl[b], seg, state == LIVE)
             if state == PENDING and not vis:
                 pending.append((key[base[i - 1]], 0, key[b]))
-            registered.append(i)
+            reached += 1
             if vis:
                 trigger(key[b], b, size, ns, rs, i < len(base) - 1, bool(mids))
         if not refinement or not mids:
             return jobs, pending
-        for i in registered:
+        for i in range(reached):
             m = mids[i]
             if m >= n:
                 continue
