@@ -17,6 +17,7 @@ import json
 import math
 import statistics
 
+from prefixbench import phases
 from prefixbench.reports.breakdown import format_breakdown
 from prefixbench.reports.show import amdahl_text, cell, karp_flatt
 from prefixbench.reports.tables import fmt_bytes, fmt_seconds, format_table
@@ -498,8 +499,55 @@ def breakdown(res) -> str | None:
     if not any(r.breakdown for _, r in rows):
         return None
     out = "where the time goes (paper Fig. 7)\n" + format_breakdown(rows)
-    reads = _io_table(res, t)
-    return out + ("\n\n" + reads if reads else "")
+    reads = {s: r.median for s, _r in rows
+             if (r := res.get("store-device-reads-per-request", s, t)) is not None}
+    for part in (storage_bound(rows, reads), _io_table(res, t)):
+        if part:
+            out += "\n\n" + part
+    return out
+
+
+def storage_bound(rows, file_reads=None) -> str | None:
+    """How far the first setting could lead each other one on its storage time alone:
+    the other's mean match + insert over the first's storage time per request, the
+    ratio it would reach with every other part of its own request at zero.  With the
+    engine's counters (``file_reads``: setting -> file reads per request), also their
+    ratio, which a throughput ratio tends to once the device is the bottleneck (many
+    request threads).  A target above both needs fewer or cheaper reads and writes,
+    not less code around them."""
+    (first, ref), others = rows[0], rows[1:]
+    if not ref.breakdown or not others:
+        return None
+    store = sum(ref.phase_mean(w, phases.STORAGE) for w in ("match", "insert"))
+    if store <= 0:
+        return None
+    file_reads = file_reads or {}
+    mine = file_reads.get(first)
+    with_reads = bool(mine) and any(file_reads.get(label) for label, _r in others)
+    table = []
+    for label, r in others:
+        req = r.latency("match") + r.latency("insert")
+        if req <= 0:
+            continue
+        row = [label, f"{req * 1e6:.1f} us", f"{store * 1e6:.1f} us", _ratio(req / store)]
+        if with_reads:
+            theirs = file_reads.get(label)
+            row.append(_ratio(theirs / mine) if theirs else "-")
+        table.append(tuple(row))
+    if not table:
+        return None
+    header = ["strategy", "its match + insert", f"{first} storage", f"{first} ÷ it at most"]
+    notes = [f"storage: {first}'s mean storage time in match plus insert (reads and writes, "
+             "cache hits included); a throughput target above it needs fewer or cheaper "
+             "store calls"]
+    if with_reads:
+        header.append("file reads ÷ " + first)
+        notes.append(f"file reads ÷ {first}: the engine's file reads per request over "
+                     f"{first}'s, what a throughput ratio tends to when the device is the "
+                     "bottleneck")
+    return (f"what storage alone allows ({first}'s storage time per request, every other "
+            "part of its request at zero)\n" + format_table(tuple(header), table)
+            + "\n" + "\n".join(notes))
 
 
 #: (column, figure, how to show its median) of the engine's I/O counters table

@@ -586,6 +586,7 @@ def test_breakdown_on_rocksdb_says_where_the_reads_were_served(run_cli, tmp_path
                              "sessions=10", "--strategies", "sarp,ssd-blockhash", "-e",
                              "rocksdb", "--cache-bytes", "1MiB", "--breakdown", "-o", out_json)
     assert code == 0, err
+    assert "what storage alone allows (sarp's storage time per request" in out
     _, _, reads = out.partition("where the reads were served")
     assert "file reads/request" in reads and "sarp" in reads and "ssd-blockhash" in reads
     from prefixbench.reports.results import load
@@ -603,6 +604,45 @@ def test_breakdown_on_rocksdb_says_where_the_reads_were_served(run_cli, tmp_path
     assert "where the reads were served" not in out
     plain = load(str(tmp_path / "plain.json"))
     assert plain.get("store-device-reads-per-request", "ssd-blockhash") is None
+
+
+class _Rows:
+    """A stand-in for one setting's breakdown figures (seconds)."""
+
+    def __init__(self, match, insert, store_match=0.0, store_insert=0.0, breakdown=True):
+        self.breakdown = breakdown
+        self._lat = {"match": match, "insert": insert}
+        self._store = {"match": store_match, "insert": store_insert}
+
+    def latency(self, which):
+        return self._lat[which]
+
+    def phase_mean(self, which, name):
+        return self._store[which] if name == "storage" else 0.0
+
+
+def test_storage_bound_is_the_others_request_over_the_firsts_storage():
+    from prefixbench.reports.sweeps import storage_bound
+    text = storage_bound([("sarp", _Rows(400e-6, 150e-6, 300e-6, 50e-6)),
+                          ("segment-radix-capped", _Rows(600e-6, 100e-6))])
+    rows = [ln.split() for ln in text.splitlines()]
+    assert text.startswith("what storage alone allows (sarp's storage time per request")
+    # (600 + 100) us over sarp's 300 + 50 us of storage: at most 2.00x
+    assert ["segment-radix-capped", "700.0", "us", "350.0", "us", "2.00x"] in rows
+    assert "file reads" not in text         # no engine counters given
+    text = storage_bound([("sarp", _Rows(400e-6, 150e-6, 300e-6, 50e-6)),
+                          ("segment-radix-capped", _Rows(600e-6, 100e-6)),
+                          ("segment-hash", _Rows(500e-6, 100e-6))],
+                         {"sarp": 2.0, "segment-radix-capped": 3.0})
+    rows = [ln.split() for ln in text.splitlines()]
+    assert rows[1][-4:] == ["file", "reads", "÷", "sarp"]
+    assert ["segment-radix-capped", "700.0", "us", "350.0", "us", "2.00x", "1.50x"] in rows
+    assert ["segment-hash", "600.0", "us", "350.0", "us", "1.71x", "-"] in rows
+    # nothing to bound without the first's storage time, or with nobody beside it
+    assert storage_bound([("sarp", _Rows(1e-4, 1e-4)), ("x", _Rows(1e-4, 1e-4))]) is None
+    assert storage_bound([("sarp", _Rows(1e-4, 1e-4, 5e-5, 5e-5))]) is None
+    assert storage_bound([("sarp", _Rows(1e-4, 1e-4, 5e-5, 5e-5, breakdown=False)),
+                          ("x", _Rows(1e-4, 1e-4))]) is None
 
 
 def test_run_breakdown(run_cli):
