@@ -510,7 +510,8 @@ def cmd_run(args, leftover, argv, quiet):
     from prefixbench.harness import preflight
     preflight.check_replay("run", [spec.strategy], spec.engine, spec.workload,
                            spec.workload_options, cache_bytes=spec.cache_bytes,
-                           limit=spec.limit, work_dir=spec.store_dir, force=args.force)
+                           limit=spec.limit, work_dir=spec.store_dir, force=args.force,
+                           engine_options=spec.engine_options)
     if args.arrival == "trace":
         from prefixbench.harness import arrival
         if leftover or _pool_config(args) is not None:
@@ -579,7 +580,8 @@ def cmd_scale(args, leftover, argv, quiet):
     from prefixbench.harness import preflight
     preflight.check_replay("scale", [spec.strategy], spec.engine, spec.workload,
                            spec.workload_options, cache_bytes=spec.cache_bytes,
-                           limit=spec.limit, force=args.force)
+                           limit=spec.limit, force=args.force,
+                           engine_options=spec.engine_options)
     rows = scaling.scale(spec, counts, quiet)
     from prefixbench.harness.reporting import table_of
     md = pyperf_io.run_metadata(spec.strategy, spec.engine, spec.workload, spec.config())
@@ -716,7 +718,8 @@ def cmd_sweep(args, leftover, argv, quiet):
         preflight.check_replay(f"sweep {args.kind}", sweeps.strategy_names(cfg.strategies),
                                cfg.engine, cfg.workload, cfg.workload_options,
                                cache_bytes=cfg.cache_bytes or 0,
-                               limit=cfg.limit, force=cfg.force)
+                               limit=cfg.limit, force=cfg.force,
+                               engine_options=cfg.engine_options)
     result = sweeps.run_sweep(cfg, quiet=quiet)
     written = result.write(args.output) if args.output else None
     from prefixbench.harness.reporting import table_of

@@ -184,7 +184,8 @@ def _needs_store(strategy: str) -> bool:
 
 
 def sweep_need(entries: int, strategies, engine: str | None, *, cache_bytes: int,
-               work_dir: str | None = None, run_requests: int = 0) -> Need:
+               work_dir: str | None = None, run_requests: int = 0,
+               engine_options: dict | None = None) -> Need:
     """A load/run sweep: one counting pass, then each strategy on a fresh store in turn
     beside the radix oracle (stores are removed between settings: the largest counts)."""
     disk = max((store_disk_bytes(s, engine, entries, needs_store=_needs_store(s))
@@ -193,7 +194,8 @@ def sweep_need(entries: int, strategies, engine: str | None, *, cache_bytes: int
     counting = entries * (COUNTING_BYTES_PER_BLOCK + STREAM_BYTES_PER_BLOCK)
     oracle = entries * MEMORY_BYTES_PER_BLOCK["radix"]
     biggest = max((strategy_memory_bytes(s, engine, entries, needs_store=_needs_store(s),
-                                         cache_bytes=cache_bytes) for s in strategies),
+                                         cache_bytes=cache_bytes,
+                                         engine_options=engine_options) for s in strategies),
                   default=0.0)
     loading = oracle + biggest + entries * STREAM_BYTES_PER_BLOCK
     memory = BASE_RSS + requests * REQUEST_BYTES + run_requests * REQUEST_BYTES \
@@ -314,14 +316,16 @@ def workload_entries(name: str, options: dict) -> int:
 
 def check_replay(what: str, strategies, engine, workload: str, workload_options: dict, *,
                  cache_bytes: int = 0, limit: int | None = None, force: bool = False,
-                 work_dir: str | None = None, free: Free | None = None) -> Need | None:
+                 work_dir: str | None = None, free: Free | None = None,
+                 engine_options: dict | None = None) -> Need | None:
     """``scale``, ``run``, a sweep at its given size: replays of one workload on a fresh
     store per setting beside the radix oracle.  Refuses with the line naming the
     workload's size knob; returns the estimate (None with ``force``)."""
     if force:
         return None
     entries, need = replay_need(strategies, engine, workload, workload_options,
-                                cache_bytes=cache_bytes, limit=limit, work_dir=work_dir)
+                                cache_bytes=cache_bytes, limit=limit, work_dir=work_dir,
+                                engine_options=engine_options)
     check(f"{what} on workload {workload} (about {entries:,} blocks)", need,
           "the workload (-W sessions=... or a smaller trace) or --limit", free=free)
     return need
@@ -337,12 +341,13 @@ def replay_entries(workload: str, workload_options: dict, limit: int | None = No
 
 def replay_need(strategies, engine, workload: str, workload_options: dict, *,
                 cache_bytes: int = 0, limit: int | None = None,
-                work_dir: str | None = None) -> tuple[int, Need]:
+                work_dir: str | None = None,
+                engine_options: dict | None = None) -> tuple[int, Need]:
     """``(entries, Need)`` of replays of one workload, each setting on a fresh store
     beside the radix oracle (``run``, ``scale``, a sweep at its given size)."""
     entries = replay_entries(workload, workload_options, limit)
     return entries, sweep_need(entries, list(strategies), engine, cache_bytes=cache_bytes,
-                               work_dir=work_dir)
+                               work_dir=work_dir, engine_options=engine_options)
 
 
 #: bytes a payload path writes per payload byte (engines: their amplification)

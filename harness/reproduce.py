@@ -222,13 +222,13 @@ def estimate(argv: list) -> list:
         store = pf._needs_store(args.strategy)
         need = pf.recover_need(n, args.strategy, args.engine if store else None,
                                cache_bytes=parse_size("--cache-bytes", args.cache_bytes),
-                               work_dir=args.work_dir)
+                               work_dir=args.work_dir, engine_options=_engine_options(args))
         return [(f"recover -s {args.strategy} -n {fmt_count(n)}", need)]
     if cmd in ("run", "scale"):
         wopts = parse_kv("--workload-option", args.workload_option)
         n, need = pf.replay_need([args.strategy], args.engine, args.workload, wopts,
                                  cache_bytes=parse_size("--cache-bytes", args.cache_bytes),
-                                 limit=args.limit)
+                                 limit=args.limit, engine_options=_engine_options(args))
         return [(f"{cmd} -s {args.strategy} on {args.workload}, about {n:,} blocks", need)]
     if cmd == "sweep":
         return _sweep_estimate(args)
@@ -240,6 +240,12 @@ def estimate(argv: list) -> list:
                                parse_size("--pack-bytes", args.pack_bytes), args.work_dir)
         return [(f"payload --payload {args.payload} over {len(paths)} paths", need)]
     return []
+
+
+def _engine_options(args) -> dict:
+    """The ``--engine-option`` pairs of a parsed command (none where it takes none)."""
+    from prefixbench.harness.build import parse_kv
+    return parse_kv("--engine-option", getattr(args, "engine_option", None) or [])
 
 
 def _sweep_estimate(args) -> list:
@@ -260,14 +266,16 @@ def _sweep_estimate(args) -> list:
         cache = cfg.cache_bytes
         if cfg.cache_rule == "paper":
             cache = int(round(cfg.cache_fraction * n * (sweeps.KEY_BYTES + sweeps.META_SIZE)))
-        need = pf.sweep_need(n, cfg.strategies, cfg.engine, cache_bytes=cache,
-                             run_requests=cfg.run_requests)
+        need = pf.sweep_need(n, sweeps.strategy_names(cfg.strategies), cfg.engine,
+                             cache_bytes=cache, run_requests=cfg.run_requests,
+                             engine_options=_engine_options(args))
         out.append((f"sweep {cfg.kind} --scale paper at its smallest size, 1/"
                     f"{round(1 / sweeps.MIN_PAPER_FRACTION)} of {cfg.workload}'s", need))
     else:
-        n, need = pf.replay_need(cfg.strategies, cfg.engine, cfg.workload,
-                                 cfg.workload_options, cache_bytes=cfg.cache_bytes or 0,
-                                 limit=cfg.limit)
+        n, need = pf.replay_need(sweeps.strategy_names(cfg.strategies), cfg.engine,
+                                 cfg.workload, cfg.workload_options,
+                                 cache_bytes=cfg.cache_bytes or 0, limit=cfg.limit,
+                                 engine_options=_engine_options(args))
         out.append((f"sweep {cfg.kind} on {cfg.workload}, about {n:,} blocks", need))
     if cfg.kind == "strategies" and cfg.cap_rule == "paper":
         from prefixbench.harness.recovery import fmt_count

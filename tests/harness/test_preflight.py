@@ -102,6 +102,27 @@ def test_estimates_grow_with_entries_and_layout():
     assert dram.parts["store"] == 0 and dram.disk > 0
 
 
+def test_replay_estimates_take_the_engine_options():
+    """A redis store packed into hashes needs less server memory than one key per
+    entry, and the sweep, run and reproduce estimates all see the option."""
+    plain = preflight.sweep_need(10 ** 7, ["ssd-blockhash"], "redis", cache_bytes=0)
+    packed = preflight.sweep_need(10 ** 7, ["ssd-blockhash"], "redis", cache_bytes=0,
+                                  engine_options={"layout": "packed"})
+    assert packed.memory < plain.memory
+    _n, via_replay = preflight.replay_need(["ssd-blockhash"], "redis", "codeact",
+                                           {"sessions": "100"},
+                                           engine_options={"layout": "packed"})
+    _n, plain_replay = preflight.replay_need(["ssd-blockhash"], "redis", "codeact",
+                                             {"sessions": "100"})
+    assert via_replay.parts["index"] < plain_replay.parts["index"]
+    from prefixbench.harness import reproduce
+    argv = ["sweep", "strategies", "-w", "codeact", "-W", "sessions=100", "-e", "redis",
+            "--strategies", "ssd-blockhash,ssd-blockhash+probe=batch"]
+    (_what, est), = reproduce.estimate(argv)
+    (_what, est_packed), = reproduce.estimate(argv + ["--engine-option", "layout=packed"])
+    assert est_packed.parts["index"] < est.parts["index"]
+
+
 def test_existing_dir_walks_up():
     assert preflight.existing_dir("/tmp/does/not/exist/yet") == "/tmp"
     assert os.path.isdir(preflight.existing_dir(None))
