@@ -32,6 +32,7 @@ __all__ = ["LIVE", "NONE", "PENDING", "RoutingDirectory", "filters", "max_potent
 cnp.import_array()
 
 include "_rwlock.pxi"
+include "_arrays.pxi"
 
 DEF HEADER = 40
 DEF CK_OFF = 32
@@ -224,21 +225,6 @@ def record_ids(list raws, keys, Py_ssize_t S, Py_ssize_t meta_size):
 
 
 # ----------------------------------------------------------------------------- overlay
-cdef cnp.ndarray _carray(object obj, int typenum, int ndim, str what):
-    """``obj`` as an aligned, native, C-contiguous array of ``typenum`` with ``ndim``
-    dimensions (the caller's array untouched when it is one already)."""
-    cdef cnp.ndarray a
-    if cnp.PyArray_Check(obj):
-        a = <cnp.ndarray>obj
-        if (cnp.PyArray_TYPE(a) == typenum and cnp.PyArray_ISCARRAY_RO(a)
-                and cnp.PyArray_ISNOTSWAPPED(a) and cnp.PyArray_NDIM(a) == ndim):
-            return a
-    a = np.ascontiguousarray(obj, dtype=cnp.PyArray_DescrFromType(typenum))
-    if cnp.PyArray_NDIM(a) != ndim:
-        raise ValueError(f"{what}: expected a {ndim}-D array, got shape {(<object>a).shape}")
-    return a
-
-
 def overlay_cut(stored, Py_ssize_t n, live_found, live_metas, live_locs, dead_found,
                 bint defaults_dead):
     """A match of ``n`` blocks whose stored metadata is ``stored[:n]``, corrected by
@@ -251,7 +237,7 @@ def overlay_cut(stored, Py_ssize_t n, live_found, live_metas, live_locs, dead_fo
     or ``defaults_dead``; ``cut`` is the first gone block (``n`` if none).  Blocks
     before it take the listed metadata and bitmap where listed, else the stored
     metadata on worker 0 (bitmap 1).  One pass, new arrays."""
-    cdef cnp.ndarray st = _carray(stored, cnp.NPY_UINT8, 2, "overlay_cut")
+    cdef cnp.ndarray st = as_carray(stored, cnp.NPY_UINT8, 2, "overlay_cut: stored metadata")
     cdef Py_ssize_t ms = cnp.PyArray_DIM(st, 1), i, cut = n
     if n < 0 or cnp.PyArray_DIM(st, 0) < n:
         raise ValueError("overlay_cut: fewer stored records than blocks")
@@ -262,9 +248,9 @@ def overlay_cut(stored, Py_ssize_t n, live_found, live_metas, live_locs, dead_fo
     cdef const uint8_t* df = NULL
     cdef cnp.ndarray a, b, c, d
     if live_found is not None:
-        a = _carray(live_found, cnp.NPY_BOOL, 1, "overlay_cut")
-        b = _carray(live_metas, cnp.NPY_UINT8, 2, "overlay_cut")
-        c = _carray(live_locs, cnp.NPY_UINT64, 1, "overlay_cut")
+        a = as_carray(live_found, cnp.NPY_BOOL, 1, "overlay_cut: live_found")
+        b = as_carray(live_metas, cnp.NPY_UINT8, 2, "overlay_cut: live_metas")
+        c = as_carray(live_locs, cnp.NPY_UINT64, 1, "overlay_cut: live_locs")
         if (cnp.PyArray_DIM(a, 0) < n or cnp.PyArray_DIM(b, 0) < n or cnp.PyArray_DIM(c, 0) < n
                 or cnp.PyArray_DIM(b, 1) != ms):
             raise ValueError("overlay_cut: location lookup does not cover the blocks")
@@ -272,7 +258,7 @@ def overlay_cut(stored, Py_ssize_t n, live_found, live_metas, live_locs, dead_fo
         lm = <const uint8_t*>cnp.PyArray_DATA(b)
         ll = <const uint64_t*>cnp.PyArray_DATA(c)
     if dead_found is not None:
-        d = _carray(dead_found, cnp.NPY_BOOL, 1, "overlay_cut")
+        d = as_carray(dead_found, cnp.NPY_BOOL, 1, "overlay_cut: dead_found")
         if cnp.PyArray_DIM(d, 0) < n:
             raise ValueError("overlay_cut: tombstone lookup does not cover the blocks")
         df = <const uint8_t*>cnp.PyArray_DATA(d)
@@ -313,11 +299,11 @@ def overlay_revive(live_found, dead_found, bint defaults_dead):
     cdef cnp.ndarray a, b
     cdef Py_ssize_t n = -1, i, na = 0, nb = 0
     if live_found is not None:
-        a = _carray(live_found, cnp.NPY_BOOL, 1, "overlay_revive")
+        a = as_carray(live_found, cnp.NPY_BOOL, 1, "overlay_revive: live_found")
         n = cnp.PyArray_DIM(a, 0)
         lf = <const uint8_t*>cnp.PyArray_DATA(a)
     if dead_found is not None:
-        b = _carray(dead_found, cnp.NPY_BOOL, 1, "overlay_revive")
+        b = as_carray(dead_found, cnp.NPY_BOOL, 1, "overlay_revive: dead_found")
         if n >= 0 and cnp.PyArray_DIM(b, 0) != n:
             raise ValueError("overlay_revive: lookups of different lengths")
         n = cnp.PyArray_DIM(b, 0)
