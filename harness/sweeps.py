@@ -1035,7 +1035,8 @@ def paper_size(cfg: SweepConfig, *, free=None) -> PaperSize:
         if cfg.cache_rule == "paper":
             cache = int(round(cfg.cache_fraction * entries * (KEY_BYTES + META_SIZE)))
         need = preflight.sweep_need(entries, strategy_names(cfg.strategies), cfg.engine,
-                                    cache_bytes=cache, run_requests=cfg.run_requests)
+                                    cache_bytes=cache, run_requests=cfg.run_requests,
+                                    engine_options=cfg.engine_options)
         short = preflight.shortfall(need, free or preflight.free_space(need.disk_dir))
         first = first or short
         if short is None or cfg.force:
