@@ -255,10 +255,10 @@ def _sweep_estimate(args) -> list:
     cfg = sweeps.make_config(
         args.kind, workload=args.workload,
         workload_options=parse_kv("--workload-option", args.workload_option),
-        engine=args.engine, cache_rule=args.cache_rule, cache_bytes=args.cache_bytes,
-        cache_fraction=args.cache_fraction, limit=args.limit, strategies=args.strategies,
-        scale=args.scale, run_requests=args.run_requests, cap_rule=args.cap_rule,
-        cap_entries=args.cap_entries)
+        engine=args.engine, engine_options=_engine_options(args), cache_rule=args.cache_rule,
+        cache_bytes=args.cache_bytes, cache_fraction=args.cache_fraction, limit=args.limit,
+        strategies=args.strategies, scale=args.scale, run_requests=args.run_requests,
+        cap_rule=args.cap_rule, cap_entries=args.cap_entries)
     out = []
     if cfg.scale == "paper":
         from prefixbench.workloads import profiles
@@ -268,14 +268,14 @@ def _sweep_estimate(args) -> list:
             cache = int(round(cfg.cache_fraction * n * (sweeps.KEY_BYTES + sweeps.META_SIZE)))
         need = pf.sweep_need(n, sweeps.strategy_names(cfg.strategies), cfg.engine,
                              cache_bytes=cache, run_requests=cfg.run_requests,
-                             engine_options=_engine_options(args))
+                             engine_options=cfg.engine_options)
         out.append((f"sweep {cfg.kind} --scale paper at its smallest size, 1/"
                     f"{round(1 / sweeps.MIN_PAPER_FRACTION)} of {cfg.workload}'s", need))
     else:
         n, need = pf.replay_need(sweeps.strategy_names(cfg.strategies), cfg.engine,
                                  cfg.workload, cfg.workload_options,
                                  cache_bytes=cfg.cache_bytes or 0, limit=cfg.limit,
-                                 engine_options=_engine_options(args))
+                                 engine_options=cfg.engine_options)
         out.append((f"sweep {cfg.kind} on {cfg.workload}, about {n:,} blocks", need))
     if cfg.kind == "strategies" and cfg.cap_rule == "paper":
         from prefixbench.harness.recovery import fmt_count
@@ -283,7 +283,8 @@ def _sweep_estimate(args) -> list:
             out.append((f"sweep {cfg.kind} --cap-rule paper: {name} at "
                         f"{fmt_count(cfg.cap_entries)} entries",
                         pf.recover_need(cfg.cap_entries, name, cfg.engine,
-                                        cache_bytes=cfg.cache_bytes)))
+                                        cache_bytes=cfg.cache_bytes,
+                                        engine_options=cfg.engine_options)))
     return out
 
 

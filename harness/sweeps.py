@@ -1065,7 +1065,8 @@ def _choose_cap(cfg: SweepConfig, workload_options: dict, cache: int, quiet: boo
     from prefixbench.harness import preflight
     from prefixbench.harness.recovery import fmt_count
     for name in ("sarp", CAPPED):        # the search builds each to cap_entries, one at a time
-        need = preflight.recover_need(cfg.cap_entries, name, cfg.engine, cache_bytes=cache)
+        need = preflight.recover_need(cfg.cap_entries, name, cfg.engine, cache_bytes=cache,
+                                      engine_options=cfg.engine_options)
         preflight.check(f"--cap-rule paper: {name} at --cap-entries "
                         f"{fmt_count(cfg.cap_entries)}", need, "--cap-entries", force=cfg.force)
     choice = caprule.choose_cap(recoveries=cfg.cap_recoveries, cache_bytes=cache, quiet=quiet,

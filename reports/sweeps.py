@@ -500,7 +500,7 @@ def breakdown(res) -> str | None:
         return None
     out = "where the time goes (paper Fig. 7)\n" + format_breakdown(rows)
     reads = {s: r.median for s, _r in rows
-             if (r := res.get("store-device-reads-per-request", s, t)) is not None}
+             if (r := res.get(_FILE_READS, s, t)) is not None}
     for part in (storage_bound(rows, reads), _io_table(res, t)):
         if part:
             out += "\n\n" + part
@@ -550,9 +550,11 @@ def storage_bound(rows, file_reads=None) -> str | None:
             + "\n" + "\n".join(notes))
 
 
+#: the figure of the engine's file reads per request (the I/O table and the storage bound)
+_FILE_READS = "store-device-reads-per-request"
 #: (column, figure, how to show its median) of the engine's I/O counters table
 _IO_COLUMNS = (
-    ("file reads/request", "store-device-reads-per-request", lambda v: f"{v:.2f}"),
+    ("file reads/request", _FILE_READS, lambda v: f"{v:.2f}"),
     ("cache hits/request", "store-cache-hits-per-request", lambda v: f"{v:.2f}"),
     ("memtable hits/request", "store-memtable-hits-per-request", lambda v: f"{v:.2f}"),
     ("compaction bytes", "store-compaction-bytes", fmt_bytes),
