@@ -11,7 +11,7 @@ Phase names are free text; the built-in strategies use the names below.
 Engine calls (:class:`prefixbench.engines.base.SegmentStore`'s get, get_many,
 write, sync and scans) time themselves as :data:`STORAGE` through
 :func:`storage_call`, which keeps the current phase instead when that is
-already a storage kind (``spill``, ``fallback``): a strategy marks *why* it
+already a storage kind (``spill``, ``fallback``, ``backfill``): a strategy marks *why* it
 reads, the engine measures *how long*.  :func:`enter_storage` is the same
 rule as an enter for code that wraps engine work of its own.
 
@@ -34,7 +34,7 @@ import threading
 import time
 from collections import defaultdict
 
-__all__ = ["STORAGE", "SPILL", "FALLBACK", "ROUTING", "HASHING", "VERIFY", "ENCODE", "LOCK",
+__all__ = ["STORAGE", "SPILL", "FALLBACK", "BACKFILL", "ROUTING", "HASHING", "VERIFY", "ENCODE", "LOCK",
            "REST", "ORDER", "STORAGE_KINDS", "enable", "enabled", "enter", "enter_storage",
            "leave", "phase", "reset", "storage_call", "timed_call", "totals", "switches", "calibrate",
            "ordered", "TimedLock"]
@@ -45,6 +45,9 @@ STORAGE = "storage"
 SPILL = "spill"
 #: engine calls segment-hash makes after its first probe fell short (halved sizes)
 FALLBACK = "fallback"
+#: engine calls SARP's back-fill jobs make (reading a routing entry's segments to
+#: build the postings of the point after it) inside the insert that triggered them
+BACKFILL = "backfill"
 #: routing-directory / tree / table lookups and candidate selection
 ROUTING = "routing"
 #: computing keys, filters or fingerprints from the query's block IDs
@@ -58,9 +61,9 @@ LOCK = "lock"
 #: latency no phase claimed (computed by the harness, never entered)
 REST = "rest"
 #: phases that are engine time (an engine call inside one of these keeps it)
-STORAGE_KINDS = frozenset({STORAGE, SPILL, FALLBACK})
+STORAGE_KINDS = frozenset({STORAGE, SPILL, FALLBACK, BACKFILL})
 #: the order tables and exports list phases in (others follow by name, rest last)
-ORDER = (STORAGE, SPILL, FALLBACK, ROUTING, HASHING, VERIFY, ENCODE, LOCK)
+ORDER = (STORAGE, SPILL, FALLBACK, BACKFILL, ROUTING, HASHING, VERIFY, ENCODE, LOCK)
 
 _ON = False
 _now = time.perf_counter_ns

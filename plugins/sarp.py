@@ -1033,7 +1033,9 @@ class SarpStrategy(TombstoneOverlay):
             return child, [], [], []
         keys, flts, sids = [], [], []
         for lo in range(0, len(segs), 256):
-            for seg in self.layer.read_many(segs[lo:lo + 256]):
+            with phases.phase(phases.BACKFILL):
+                batch = self.layer.read_many(segs[lo:lo + 256])
+            for seg in batch:
                 if seg is None or seg.n <= child or int(seg.ids[off]) != key:
                     continue
                 keys.append(int(seg.ids[child]))

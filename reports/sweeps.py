@@ -518,7 +518,8 @@ def storage_bound(rows, file_reads=None) -> str | None:
     (first, ref), others = rows[0], rows[1:]
     if not ref.breakdown or not others:
         return None
-    store = sum(ref.phase_mean(w, phases.STORAGE) for w in ("match", "insert"))
+    store = sum(ref.phase_mean(w, kind) for w in ("match", "insert")
+                for kind in phases.STORAGE_KINDS)
     if store <= 0:
         return None
     file_reads = file_reads or {}
@@ -538,7 +539,7 @@ def storage_bound(rows, file_reads=None) -> str | None:
         return None
     header = ["strategy", "its match + insert", f"{first} storage", f"{first} ÷ it at most"]
     notes = [f"storage: {first}'s mean storage time in match plus insert (reads and writes, "
-             "cache hits included); a throughput target above it needs fewer or cheaper "
+             "every storage kind and cache hits included); a throughput target above it needs fewer or cheaper "
              "store calls"]
     if with_reads:
         header.append("file reads ÷ " + first)

@@ -297,6 +297,20 @@ def test_segment_hash_fallback_reads_show_as_fallback():
     assert res.phase_mean("insert", phases.ENCODE) > 0
 
 
+def test_sarp_back_fill_reads_show_as_backfill_inside_insert():
+    # a small tau makes entries outgrow it, so synchronous back-fill jobs read segments
+    built = build("sarp", "memory", strategy_options={"backfill": "sync", "tau": 2,
+                                                     "pruning_threshold": 2})
+    try:
+        res = replay(built.strategy, _workload(), limit=80, breakdown=True)
+    finally:
+        built.close()
+    assert res.strategy_stats["backfill_reads"] > 0
+    assert res.phase_mean("insert", phases.BACKFILL) > 0
+    assert res.phase_mean("match", phases.BACKFILL) == 0
+    assert phases.BACKFILL in phases.STORAGE_KINDS
+
+
 def test_threaded_replay_breakdown_invariants():
     built = build("ssd-blockhash", "memory")
     try:
