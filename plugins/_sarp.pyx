@@ -576,10 +576,13 @@ cdef class RoutingDirectory:
         """Register segment ``seg`` (block ids ``ids``) at its routing points under one
         write lock; ``(jobs, pending)`` as the reference's ``register`` (its doc has
         the rules)."""
-        cdef const uint64_t[::1] a = np.ascontiguousarray(ids, dtype=np.uint64)
-        cdef const int64_t[::1] bo = np.ascontiguousarray(base, dtype=np.int64)
-        cdef const int64_t[::1] mo = np.ascontiguousarray(mids, dtype=np.int64)
-        cdef Py_ssize_t n = a.shape[0], R = bo.shape[0], M = mo.shape[0]
+        cdef cnp.ndarray aa = as_ids(ids)
+        cdef cnp.ndarray boa = as_carray(base, cnp.NPY_INT64, 1, "base points")
+        cdef cnp.ndarray moa = as_carray(mids, cnp.NPY_INT64, 1, "midpoints")
+        cdef const int64_t* bo = <const int64_t*>cnp.PyArray_DATA(boa)
+        cdef const int64_t* mo = <const int64_t*>cnp.PyArray_DATA(moa)
+        cdef Py_ssize_t n = cnp.PyArray_DIM(aa, 0), R = cnp.PyArray_DIM(boa, 0)
+        cdef Py_ssize_t M = cnp.PyArray_DIM(moa, 0)
         if M and M != R:
             raise ValueError("register: one midpoint per base point")
         if seg > MAX_SEG:
@@ -594,7 +597,7 @@ cdef class RoutingDirectory:
             free(jobs)
             free(hidden)
             raise MemoryError()
-        cdef const uint64_t* ip = &a[0]
+        cdef const uint64_t* ip = <const uint64_t*>cnp.PyArray_DATA(aa)
         cdef Py_ssize_t nj = 0, nh = 0, nreg = 0, i, e, b, m
         cdef uint8_t state
         cdef uint32_t s32 = <uint32_t>seg
@@ -878,9 +881,12 @@ cdef class RoutingDirectory:
         """:meth:`plan` for the query window ``qw``: the probe points are the
         offsets of ``probe_desc`` (deepest first) below ``len(qw)``; keys and
         query filters are computed here, in one call."""
-        cdef const uint64_t[::1] q = np.ascontiguousarray(qw, dtype=np.uint64)
-        cdef const int64_t[::1] pd = np.ascontiguousarray(probe_desc, dtype=np.int64)
-        cdef Py_ssize_t qlen = q.shape[0], npd = pd.shape[0], i, nk = 0
+        # called once per routed window: typed memoryviews would cost more than the routing
+        cdef cnp.ndarray qa = as_ids(qw)
+        cdef cnp.ndarray pda = as_carray(probe_desc, cnp.NPY_INT64, 1, "probe offsets")
+        cdef const uint64_t* q = <const uint64_t*>cnp.PyArray_DATA(qa)
+        cdef const int64_t* pd = <const int64_t*>cnp.PyArray_DATA(pda)
+        cdef Py_ssize_t qlen = cnp.PyArray_DIM(qa, 0), npd = cnp.PyArray_DIM(pda, 0), i, nk = 0
         cdef uint64_t kbuf[256]
         cdef uint64_t fbuf[256]
         cdef int64_t obuf[256]
@@ -893,7 +899,7 @@ cdef class RoutingDirectory:
                 if pd[i] < qlen:
                     kbuf[nk] = q[pd[i]]
                     obuf[nk] = pd[i]
-                    fbuf[nk] = _filter(&q[0], qlen, pd[i], nfields, stride, bits) if filtering else 0
+                    fbuf[nk] = _filter(q, qlen, pd[i], nfields, stride, bits) if filtering else 0
                     nk += 1
         if nk == 0:
             return -1, np.empty(0, np.uint64), np.empty(0, np.int64), 0, 0
@@ -980,13 +986,12 @@ cdef class RoutingDirectory:
             free(out_s)
             free(out_p)
             raise MemoryError("routing directory: out of memory in plan")
-        segs = np.empty(cnt, dtype=np.uint64)
-        pots = np.empty(cnt, dtype=np.int64)
-        cdef uint64_t[::1] sv = segs
-        cdef int64_t[::1] pv = pots
-        for i in range(cnt):
-            sv[i] = out_s[i]
-            pv[i] = out_p[i]
+        cdef cnp.npy_intp dim = cnt
+        cdef cnp.ndarray segs = cnp.PyArray_EMPTY(1, &dim, cnp.NPY_UINT64, 0)
+        cdef cnp.ndarray pots = cnp.PyArray_EMPTY(1, &dim, cnp.NPY_INT64, 0)
+        if cnt:
+            memcpy(cnp.PyArray_DATA(segs), out_s, cnt * sizeof(uint64_t))
+            memcpy(cnp.PyArray_DATA(pots), out_p, cnt * sizeof(int64_t))
         free(out_s)
         free(out_p)
         return (j if e >= 0 else -1), segs, pots, n, n_after

@@ -15,14 +15,21 @@ from libc.stdlib cimport free, malloc
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 
 __all__ = ["HEADER_SIZE", "MAGIC", "VERSION", "checksum", "common_prefix", "decode", "encode",
-           "verify_raws", "views"]
+           "metas_prefix", "verify_raws", "views"]
 
 cnp.import_array()
+
+# views of a record are built per verified window: positional ndarray() calls with
+# these dtypes cost a third of np.frombuffer's keyword form
+_ndarray = np.ndarray
+_U64 = np.dtype("<u8")
+_U8 = np.dtype(np.uint8)
 
 DEF HEADER = 40
 DEF CK_OFF = 32
 
 include "_segment_record.pxi"
+include "_arrays.pxi"
 
 MAGIC = b"PBSG"
 VERSION = 1
@@ -99,10 +106,8 @@ def decode(raw, Py_ssize_t meta_size):
     if h != stored:
         return "checksum mismatch"
     buf = raw if isinstance(raw, bytes) else bytes(raw)
-    ids = np.frombuffer(buf, dtype="<u8", count=count, offset=HEADER)
-    metas = np.frombuffer(buf, dtype=np.uint8, count=count * meta_size,
-                          offset=HEADER + count * 8).reshape(count, meta_size)
-    return seg_id, start, ids, metas
+    return (seg_id, start, _ndarray((count,), _U64, buf, HEADER),
+            _ndarray((count, meta_size), _U8, buf, HEADER + count * 8))
 
 
 cdef inline Py_ssize_t _common_prefix(const uint64_t* a, Py_ssize_t na,
@@ -141,10 +146,13 @@ def verify_raws(list raws, seg_ids, qw, uint64_t ws, Py_ssize_t S, Py_ssize_t me
     length, and the indexes of corrupt records.  Runs without the GIL.
     """
     cdef Py_ssize_t n = len(raws), i, count_ok = 0, best = -1, bestv = 0, v
-    cdef const uint64_t[::1] q = np.ascontiguousarray(qw, dtype=np.uint64)
-    cdef const uint64_t[::1] sid = np.ascontiguousarray(seg_ids, dtype=np.uint64)
-    cdef Py_ssize_t qn = q.shape[0]
-    if sid.shape[0] != n:
+    # called per batch of records: typed memoryviews would cost more than the checks
+    cdef cnp.ndarray qa = as_ids(qw)
+    cdef cnp.ndarray sa = as_carray(seg_ids, cnp.NPY_UINT64, 1, "segment ids")
+    cdef const uint64_t* q = <const uint64_t*>cnp.PyArray_DATA(qa)
+    cdef const uint64_t* sid = <const uint64_t*>cnp.PyArray_DATA(sa)
+    cdef Py_ssize_t qn = cnp.PyArray_DIM(qa, 0)
+    if cnp.PyArray_DIM(sa, 0) != n:
         raise ValueError("verify_raws: one segment id per record")
     if n == 0:
         return -1, 0, []
@@ -195,7 +203,7 @@ def verify_raws(list raws, seg_ids, qw, uint64_t ws, Py_ssize_t S, Py_ssize_t me
                 continue
             if qn == 0 or cnt == 0:
                 continue
-            v = _common_prefix_unaligned(p + HEADER, cnt, &q[0], qn)
+            v = _common_prefix_unaligned(p + HEADER, cnt, q, qn)
             if v > bestv:
                 bestv = v
                 best = i
@@ -231,7 +239,20 @@ def views(bytes raw, Py_ssize_t meta_size):
     memcpy(&start, p + 24, 8)
     if n != HEADER + <Py_ssize_t>cnt * (8 + meta_size):
         raise ValueError("record length does not match its block count")
-    ids = np.frombuffer(raw, dtype="<u8", count=cnt, offset=HEADER)
-    metas = np.frombuffer(raw, dtype=np.uint8, count=cnt * meta_size,
-                          offset=HEADER + cnt * 8).reshape(cnt, meta_size)
-    return seg_id, start, ids, metas
+    return (seg_id, start, _ndarray((cnt,), _U64, raw, HEADER),
+            _ndarray((cnt, meta_size), _U8, raw, HEADER + cnt * 8))
+
+
+def metas_prefix(bytes raw, Py_ssize_t v, Py_ssize_t meta_size):
+    """A read-only view of the first ``v`` blocks' metadata of a record
+    :func:`verify_raws` accepted (what a match returns from it), without the ids."""
+    cdef Py_ssize_t n = len(raw)
+    cdef uint32_t cnt
+    if n < HEADER:
+        raise ValueError("record shorter than its header")
+    memcpy(&cnt, PyBytes_AS_STRING(raw) + 8, 4)
+    if n != HEADER + <Py_ssize_t>cnt * (8 + meta_size):
+        raise ValueError("record length does not match its block count")
+    if not 0 <= v <= cnt:
+        raise ValueError(f"metas_prefix: {v} blocks of a record of {cnt}")
+    return _ndarray((v, meta_size), _U8, raw, HEADER + cnt * 8)

@@ -12,7 +12,7 @@ import struct
 import numpy as np
 
 __all__ = ["HEADER_SIZE", "MAGIC", "VERSION", "checksum", "common_prefix", "decode", "encode",
-           "verify_raws", "views"]
+           "metas_prefix", "verify_raws", "views"]
 
 MAGIC = b"PBSG"
 VERSION = 1
@@ -159,3 +159,11 @@ def views(raw, meta_size):
     if len(raw) != HEADER_SIZE + cnt * (8 + meta_size):
         raise ValueError("record length does not match its block count")
     return (seg_id, start, *_arrays(raw, cnt, meta_size))
+
+
+def metas_prefix(raw, v, meta_size):
+    """The first ``v`` blocks' metadata of a record :func:`verify_raws` accepted."""
+    _sid, _start, _ids, metas = views(raw, meta_size)
+    if not 0 <= v <= len(metas):
+        raise ValueError(f"metas_prefix: {v} blocks of a record of {len(metas)}")
+    return metas[:v]

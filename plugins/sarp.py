@@ -386,7 +386,7 @@ class _Plan:
     """An insert's decision: the records to write and what it cost to find them."""
 
     __slots__ = ("writes", "extended", "reads", "new_blocks", "copied", "ext", "cp",
-                 "reused_seg", "reused_records", "basis", "keys")
+                 "reused_seg", "reused_records", "basis", "_keys", "_looked")
 
     def __init__(self):
         self.writes: list[Segment] = []
@@ -394,7 +394,25 @@ class _Plan:
         self.reads = self.new_blocks = self.copied = self.ext = self.cp = 0
         self.reused_seg = self.reused_records = 0
         self.basis = 0
-        self.keys: frozenset = frozenset()
+        self._keys: frozenset | None = frozenset()
+        self._looked = None
+
+    def look_from(self, x, ws: int, S: int) -> None:
+        """The plan looks at every window of ``x`` from block ``ws``; its :attr:`keys`
+        are built only when a conflict check needs them (rarely: one thread never does)."""
+        self._keys, self._looked = None, (x, ws, S)
+
+    @property
+    def keys(self) -> frozenset:
+        """``(window start, block id)`` of every window the plan looked at."""
+        if self._keys is None:
+            x, ws, S = self._looked
+            self._keys = frozenset((w, int(x[w])) for w in range(ws, len(x), S))
+        return self._keys
+
+    @keys.setter
+    def keys(self, value: frozenset) -> None:
+        self._keys = value
 
 
 #: blocks of at least this many tokens get the ``large-blocks`` preset under ``auto``
@@ -597,8 +615,10 @@ class SarpStrategy(TombstoneOverlay):
 
         ``known``: ``{segment id: raw}`` already read for this window (verified
         here, never read again); ``first``: the raw records of
-        :meth:`_first_batch`, already fetched.  Returns ``(v, seg, info, seen)``
-        with ``v`` the verified shared prefix length, ``info = (n_before,
+        :meth:`_first_batch`, already fetched.  Returns ``(v, best, info, seen)``
+        with ``v`` the verified shared prefix length, ``best`` the ``(raw, segment
+        id)`` that shares it (None when nothing verified; decoded only by the
+        caller that needs the whole segment), ``info = (n_before,
         n_after, retrieved, batches)`` (None when nothing was routed) and
         ``seen`` every record in hand for the window (``{id: raw}``).
         """
@@ -631,7 +651,7 @@ class SarpStrategy(TombstoneOverlay):
                 if not keep.all():
                     cands, pots, filtered = cands[keep], pots[keep], True
         if j < 0:
-            return best_v, self._segment(best_raw, best_id), None, seen
+            return best_v, (best_raw, best_id) if best_raw is not None else None, None, seen
         ncand = len(cands)
         got = batches = i = 0
         if not filtered:
@@ -675,16 +695,22 @@ class SarpStrategy(TombstoneOverlay):
                 run = int(np.searchsorted(-pots[i:], -pots[i], side="right"))
                 m = min(run, budget - got) if budget else min(run, 2 * len(batch))
             batch = cands[i:i + m]
-        return best_v, self._segment(best_raw, best_id), (nb, na, got, batches), seen
+        best = (best_raw, best_id) if best_raw is not None else None
+        return best_v, best, (nb, na, got, batches), seen
 
     def _segment(self, raw, seg_id: int):
-        """The Segment of a record verification accepted (None for no record)."""
-        if raw is None:
-            return None
+        """The Segment of a record verification accepted."""
         with phases.phase(phases.VERIFY):
             if self._compiled:
                 return self.layer.verified(raw)
             return self.layer.decode(seg_id, raw)
+
+    def _metas(self, raw, seg_id: int, v: int) -> np.ndarray:
+        """The first ``v`` metadata rows of a record verification accepted (a view;
+        the match copies what it returns)."""
+        if self._compiled:
+            return self.layer.verified_metas(raw, v)
+        return self.layer.decode(seg_id, raw).metas[:v]
 
     def _route(self, qw: np.ndarray, ws: int, budget: int, known=None):
         """:meth:`_candidates` then :meth:`_settle` for one window."""
@@ -726,7 +752,7 @@ class SarpStrategy(TombstoneOverlay):
             for t, (route, first) in enumerate(plan):
                 qw = q[pos:pos + S]
                 windows += 1
-                v, seg, info, seen = self._settle(qw, pos, route, budget, None, first)
+                v, best, info, seen = self._settle(qw, pos, route, budget, None, first)
                 if seen and v < S:
                     raws_by_window[pos] = seen      # the window an insert will route again
                 if info is not None:
@@ -737,7 +763,8 @@ class SarpStrategy(TombstoneOverlay):
                     extra += info[3] - 1
                     trips += info[3] - (first is not None)
                 if v:
-                    parts.append(seg.metas[:v])
+                    parts.append(self._metas(best[0], best[1], v))
+                    last_id = best[1]
                     pos += v
                 if v < S or pos >= n:
                     wasted += sum(len(self._first_batch(r, budget)) for r, _f in plan[t + 1:])
@@ -766,7 +793,7 @@ class SarpStrategy(TombstoneOverlay):
             full, key = old.full, old.key  # an earlier verified prefix stays stored
         else:
             key = 0
-        best = (pos - pos % S, int(seg.seg_id)) if parts and pos % S else None
+        best = (pos - pos % S, int(last_id)) if parts and pos % S else None
         self._tl.memo = _Memo(full, key, version, raws_by_window, best, epoch)
         if not parts:
             return Match.empty(self.meta_size)
@@ -869,13 +896,14 @@ class SarpStrategy(TombstoneOverlay):
         S, n, layer = self.S, len(x), self.layer
         plan = _Plan()
         plan.basis = self._version
-        plan.keys = frozenset((w, int(x[w])) for w in range(ws, n, S))
+        plan.look_from(x, ws, S)
         if memo is not None and memo.raws:
             plan.basis = min(plan.basis, memo.version)
         while ws < n:
             xw = x[ws:ws + S]
             known = memo.raws.get(ws) if memo is not None else None
-            v, seg, info, _seen = self._route(xw, ws, 0, known)
+            v, best, info, _seen = self._route(xw, ws, 0, known)
+            seg = self._segment(*best) if best is not None else None
             if info is not None:
                 plan.reads += info[2]
             if known:

@@ -66,6 +66,16 @@ def test_codec_equals_reference_and_round_trips(seg):
         sid, start, ids, metas = views(raw, ms)
         assert (sid, start) == (seg.seg_id, seg.start) and np.array_equal(ids, seg.ids)
         assert np.array_equal(metas, seg.metas)
+        assert ids.dtype == np.uint64 and metas.dtype == np.uint8 and metas.shape == (seg.n, ms)
+    for v in sorted({0, seg.n // 2, seg.n}):
+        for prefix in (_segments.metas_prefix, _ref.metas_prefix):
+            got = prefix(raw, v, ms)
+            assert got.shape == (v, ms) and np.array_equal(got, seg.metas[:v])
+    for prefix in (_segments.metas_prefix, _ref.metas_prefix):
+        with pytest.raises(ValueError, match="metas_prefix"):
+            prefix(raw, seg.n + 1, ms)
+        with pytest.raises(ValueError, match="record (length|shorter)"):
+            prefix(raw[:-1], 0, ms)
     for dec in (decode_segment, decode_segment_py):
         back = dec(raw, ms)
         assert (back.seg_id, back.start) == (seg.seg_id, seg.start)
