@@ -1,6 +1,7 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 """Compiled hot paths of SARP: candidate filters, the match-potential search
-(ExistsMatch, paper Algorithm 1) and the routing directory.
+(ExistsMatch, paper Algorithm 1), the routing directory and settling a window
+(reading and verifying its candidates in potential order).
 
 The rules are documented in :mod:`prefixbench.plugins.sarp`; the pure-Python
 reference with the same names, which the tests hold these equal to, is
@@ -26,8 +27,8 @@ from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc, realloc, qsort
 from libc.string cimport memmove, memcpy
 
-__all__ = ["LIVE", "NONE", "PENDING", "RoutingDirectory", "filters", "max_potential",
-           "overlay_cut", "overlay_revive", "record_ids"]
+__all__ = ["LIVE", "NONE", "PENDING", "RoutingDirectory", "filters", "first_batch",
+           "max_potential", "overlay_cut", "overlay_revive", "record_ids", "settle"]
 
 cnp.import_array()
 
@@ -147,6 +148,195 @@ cdef int _max_fields(const Posting* p, Py_ssize_t n, uint64_t qf, int nfields, i
         else:
             hi = mid - 1
     return lo // stride
+
+
+# ----------------------------------------------------------------------------- settling a window
+cdef Py_ssize_t _first_count(Py_ssize_t j, Py_ssize_t ncand, const int64_t* pp, Py_ssize_t na,
+                             Py_ssize_t budget, bint filtering, bint sequential) noexcept:
+    if j < 0 or ncand == 0:
+        return 0
+    if not filtering:
+        return ncand
+    if pp[0] <= 0:
+        return 0
+    if sequential:
+        return 1
+    cdef Py_ssize_t m = budget if budget else 2
+    if na < m:
+        m = na
+    if ncand < m:
+        m = ncand
+    return m if m > 1 else 1
+
+
+cdef inline Py_ssize_t _run_of(const int64_t* pp, Py_ssize_t i, Py_ssize_t n) noexcept:
+    cdef Py_ssize_t e = i + 1
+    while e < n and pp[e] == pp[i]:
+        e += 1
+    return e - i
+
+
+cdef Py_ssize_t _verify_record(object raw, uint64_t key, Py_ssize_t S, Py_ssize_t meta_size,
+                               uint64_t ws, const uint64_t* q, Py_ssize_t qn) except -2:
+    """``_seg_verify`` of one record held as bytes (or any buffer: copied)."""
+    cdef bytes b = raw if type(raw) is bytes else bytes(raw)
+    return _seg_verify(<const uint8_t*>PyBytes_AS_STRING(b), len(b), key, S, meta_size, ws,
+                       q, qn)
+
+
+def first_batch(tuple route, Py_ssize_t budget, bint filtering, bint sequential):
+    """The candidates a window reads first: as the reference's ``first_batch``."""
+    cands = route[1]
+    cdef cnp.ndarray pots = as_carray(route[2], cnp.NPY_INT64, 1, "potentials")
+    cdef Py_ssize_t m = _first_count(route[0], cnp.PyArray_DIM(pots, 0),
+                                     <const int64_t*>cnp.PyArray_DATA(pots), route[4], budget,
+                                     filtering, sequential)
+    return cands[:m]
+
+
+def settle(tuple route, qw, uint64_t ws, Py_ssize_t budget, bint filtering, bint sequential,
+           Py_ssize_t S, Py_ssize_t meta_size, dict known, first, read, count_corrupt,
+           verify_phase):
+    """Best verified record for one query window: as the reference's ``settle`` (its
+    doc has the rules), with the verification and the candidate bookkeeping in C."""
+    cdef cnp.ndarray qa = as_ids(qw)
+    cdef const uint64_t* q = <const uint64_t*>cnp.PyArray_DATA(qa)
+    cdef Py_ssize_t qlen = cnp.PyArray_DIM(qa, 0)
+    if not filtering:
+        budget = 0
+    cdef Py_ssize_t j = route[0]
+    nb, na = route[3], route[4]
+    cdef cnp.ndarray cands = as_carray(route[1], cnp.NPY_UINT64, 1, "candidates")
+    cdef cnp.ndarray pots = as_carray(route[2], cnp.NPY_INT64, 1, "potentials")
+    cdef Py_ssize_t ncand = cnp.PyArray_DIM(cands, 0)
+    if cnp.PyArray_DIM(pots, 0) != ncand:
+        raise ValueError("settle: one potential per candidate")
+    cdef const int64_t* pp = <const int64_t*>cnp.PyArray_DATA(pots)
+    cdef const uint64_t* cp
+    cdef Py_ssize_t best_v = 0, v, t, m, nk, kept, got = 0, batches = 0, i = 0, bv, bk
+    cdef uint64_t key
+    cdef bint filtered = False, has_known = bool(known)
+    cdef cnp.npy_intp dim
+    cdef cnp.ndarray nc, npots
+    cdef uint64_t* kbuf
+    seen = {}
+    best_raw, best_id = None, 0
+    if has_known:
+        if verify_phase is not None:
+            verify_phase.__enter__()
+        try:
+            for sid, raw in known.items():
+                if raw is None:
+                    seen[sid] = None
+                    continue
+                v = _verify_record(raw, sid, S, meta_size, ws, q, qlen)
+                if v < 0:
+                    continue
+                seen[sid] = raw
+                if v > best_v:
+                    best_v, best_raw, best_id = v, raw, sid
+        finally:
+            if verify_phase is not None:
+                verify_phase.__exit__(None, None, None)
+        if ncand:
+            nk = len(known)
+            kbuf = <uint64_t*>malloc(nk * sizeof(uint64_t))
+            if kbuf == NULL:
+                raise MemoryError()
+            t = 0
+            for sid in known:
+                kbuf[t] = <uint64_t>sid
+                t += 1
+            cp = <const uint64_t*>cnp.PyArray_DATA(cands)
+            dim = ncand
+            nc = cnp.PyArray_EMPTY(1, &dim, cnp.NPY_UINT64, 0)
+            npots = cnp.PyArray_EMPTY(1, &dim, cnp.NPY_INT64, 0)
+            kept = 0
+            for i in range(ncand):
+                for t in range(nk):
+                    if cp[i] == kbuf[t]:
+                        break
+                else:
+                    (<uint64_t*>cnp.PyArray_DATA(nc))[kept] = cp[i]
+                    (<int64_t*>cnp.PyArray_DATA(npots))[kept] = pp[i]
+                    kept += 1
+            free(kbuf)
+            i = 0
+            if kept < ncand:
+                cands, pots, filtered = nc[:kept], npots[:kept], True
+                ncand = kept
+                pp = <const int64_t*>cnp.PyArray_DATA(pots)
+    if j < 0:
+        return best_v, (best_raw, best_id) if best_raw is not None else None, None, seen
+    if not filtered:
+        m = _first_count(j, ncand, pp, na, budget, filtering, sequential)
+    elif ncand == 0 or best_v >= qlen or (filtering and pp[0] <= best_v):
+        m = 0
+    elif not filtering:
+        m = ncand
+    else:
+        m = 1 if sequential else _run_of(pp, 0, ncand)
+        t = budget if budget else 2
+        if t < m:
+            m = t
+        if ncand < m:
+            m = ncand
+        if m < 1:
+            m = 1
+    if has_known and not filtered and m and (best_v >= qlen or (filtering and pp[0] <= best_v)):
+        m = 0       # what is in hand already beats every candidate left
+    while m:
+        batch = cands[i:i + m]
+        raws = first if first is not None else read(batch)
+        first = None
+        if len(raws) != m:
+            raise ValueError("settle: one record per candidate read")
+        batches += 1
+        got += m
+        ids = batch.tolist()
+        bv, bk = 0, -1
+        corrupt = None
+        if verify_phase is not None:
+            verify_phase.__enter__()
+        try:
+            for t in range(m):
+                raw = raws[t]
+                if raw is None:
+                    seen[ids[t]] = None
+                    continue
+                v = _verify_record(raw, ids[t], S, meta_size, ws, q, qlen)
+                if v < 0:
+                    if corrupt is None:
+                        corrupt = []
+                    corrupt.append(t)
+                    continue
+                seen[ids[t]] = raw
+                if v > bv:
+                    bv, bk = v, t
+        finally:
+            if verify_phase is not None:
+                verify_phase.__exit__(None, None, None)
+        i += m
+        if corrupt is not None:
+            count_corrupt(batch[corrupt])
+        if bv > best_v:
+            best_v, best_raw, best_id = bv, raws[bk], ids[bk]
+        if best_v >= qlen or i >= ncand or (budget and got >= budget):
+            break
+        if pp[i] <= best_v:
+            break       # nobody left can beat what was verified
+        if sequential:
+            t = 1
+        else:
+            t = _run_of(pp, i, ncand)
+            if budget:
+                if budget - got < t:
+                    t = budget - got
+            elif 2 * m < t:
+                t = 2 * m
+        m = t if t < ncand - i else ncand - i
+    best = (best_raw, best_id) if best_raw is not None else None
+    return best_v, best, (nb, na, got, batches), seen
 
 
 def max_potential(filters_sorted, uint64_t qf, int nfields, int stride, int bits):

@@ -1,5 +1,6 @@
 """Pure-Python reference of :mod:`prefixbench.plugins._sarp`: candidate filters, the
-match-potential search (ExistsMatch, paper Algorithm 1) and the routing directory,
+match-potential search (ExistsMatch, paper Algorithm 1), the routing directory and
+settling a window,
 with the same public names, answers, errors and byte accounting.
 
 The rules are documented in :mod:`prefixbench.plugins.sarp`; the tests hold this
@@ -9,14 +10,15 @@ module equal to the compiled one, and the sarp strategy runs on it with
 from __future__ import annotations
 
 import bisect
+import contextlib
 import threading
 
 import numpy as np
 
 from prefixbench.plugins import _segments_ref
 
-__all__ = ["LIVE", "NONE", "PENDING", "RoutingDirectory", "filters", "max_potential",
-           "overlay_cut", "overlay_revive", "record_ids"]
+__all__ = ["LIVE", "NONE", "PENDING", "RoutingDirectory", "filters", "first_batch",
+           "max_potential", "overlay_cut", "overlay_revive", "record_ids", "settle"]
 
 #: states of an entry's pending child points (rematerialization, refinement)
 NONE, PENDING, LIVE = 0, 1, 2
@@ -85,6 +87,111 @@ def max_potential(filters_sorted, qf: int, nfields: int, stride: int, bits: int)
     L = nfields * stride if k >= nfields else (k + 1) * stride - 1
     a, b = _range(flts, qf, k, bits)
     return L, a, b
+
+
+def first_batch(route, budget: int, filtering: bool, sequential: bool):
+    """The candidates a window reads first (a slice of the route's): every one without
+    filtering, else the first of the top-potential group (sequential) or the group
+    capped by the budget (unlimited: 2); none when even the best potential is 0."""
+    j, cands, pots, _nb, na = route
+    if j < 0 or not len(cands):
+        return cands[:0]
+    if not filtering:
+        return cands
+    if pots[0] <= 0:
+        return cands[:0]
+    if sequential:
+        return cands[:1]
+    return cands[:max(1, min(na, budget if budget else 2, len(cands)))]
+
+
+def _run(pots, i: int) -> int:
+    """Candidates from ``i`` on that share ``pots[i]`` (potentials descend)."""
+    return int(np.searchsorted(-pots[i:], -pots[i], side="right"))
+
+
+def settle(route, qw, ws: int, budget: int, filtering: bool, sequential: bool, S: int,
+           meta_size: int, known, first, read, count_corrupt, verify_phase):
+    """Best verified record for the query window ``qw`` (starting at block ``ws``) from
+    its ``route`` (``RoutingDirectory.route``), reading candidates in potential order
+    until none left can beat what was verified or the budget is spent.
+
+    ``known``: ``{segment id: raw}`` already in hand for the window (verified, never
+    read again, and dropped from the candidates); ``first``: the raw records of
+    :func:`first_batch`, already fetched; ``read(ids)``: raw records of a batch (one
+    store call); ``count_corrupt(ids)``: reports records that failed their checks;
+    ``verify_phase``: a context timing verification, or None.  Returns ``(v, best,
+    info, seen)``: the shared prefix length, ``(raw, segment id)`` of the first record
+    sharing it (None when none verified a block), ``(n_before, n_after, retrieved,
+    batches)`` (None without a visible entry) and every intact record in hand
+    (``{segment id: raw or None}``)."""
+    timed = verify_phase if verify_phase is not None else contextlib.nullcontext()
+    if not filtering:
+        budget = 0
+    j, cands, pots, nb, na = route
+    qlen = len(qw)
+    seen = {}
+    best_v, best_raw, best_id = 0, None, 0
+    filtered = False
+    if known:
+        kid = np.fromiter(known.keys(), np.uint64, len(known))
+        kraw = list(known.values())
+        with timed:
+            k, v, corrupt = _segments_ref.verify_raws(kraw, kid, qw, ws, S, meta_size)
+        seen = dict(zip(kid.tolist(), kraw))
+        for t in corrupt:
+            del seen[int(kid[t])]
+        if v > 0:
+            best_v, best_raw, best_id = v, kraw[k], int(kid[k])
+        if len(cands):
+            keep = ~np.isin(cands, kid)
+            if not keep.all():
+                cands, pots, filtered = cands[keep], pots[keep], True
+    if j < 0:
+        return best_v, (best_raw, best_id) if best_raw is not None else None, None, seen
+    ncand = len(cands)
+    got = batches = i = 0
+    if not filtered:
+        batch = first_batch(route, budget, filtering, sequential)
+    elif not ncand or best_v >= qlen or (filtering and pots[0] <= best_v):
+        batch = cands[:0]
+    elif not filtering:
+        batch = cands
+    else:
+        run = 1 if sequential else _run(pots, 0)
+        batch = cands[:max(1, min(run, budget if budget else 2, ncand))]
+    if known and not filtered and len(batch) and (best_v >= qlen or (
+            filtering and pots[0] <= best_v)):
+        batch = cands[:0]       # what is in hand already beats every candidate left
+    while len(batch):
+        raws = first if first is not None else read(batch)
+        first = None
+        batches += 1
+        got += len(batch)
+        i += len(batch)
+        with timed:
+            k, v, corrupt = _segments_ref.verify_raws(list(raws), batch, qw, ws, S, meta_size)
+        if corrupt:
+            count_corrupt(batch[corrupt])
+            bad = set(corrupt)
+            seen.update((sid, raws[t]) for t, sid in enumerate(batch.tolist()) if t not in bad)
+        else:
+            seen.update(zip(batch.tolist(), raws))
+        if v > best_v:
+            best_v, best_raw, best_id = v, raws[k], int(batch[k])
+        if best_v >= qlen or i >= ncand or (budget and got >= budget):
+            break
+        if pots[i] <= best_v:
+            break       # nobody left can beat what was verified
+        # next group: candidates sharing the next potential (at most the budget left)
+        if sequential:
+            m = 1
+        else:
+            run = _run(pots, i)
+            m = min(run, budget - got) if budget else min(run, 2 * len(batch))
+        batch = cands[i:i + m]
+    best = (best_raw, best_id) if best_raw is not None else None
+    return best_v, best, (nb, na, got, batches), seen
 
 
 _MAX_SEG = 0xFFFFFFFF

@@ -1,5 +1,5 @@
 # Included by the Cython modules that write or check segment records (_segments,
-# _segment_hash): the one C implementation of the record format of
+# _segment_hash, _sarp): the one C implementation of the record format of
 # plugins/segments (version 1) - the writer, and the checksum that
 # segments.checksum_py documents: a 64-bit fold of everything but the checksum
 # field (bytes [0, 32) and [40, n)), words little-endian, the last one
@@ -61,3 +61,45 @@ cdef inline void _seg_write(uint8_t* p, uint64_t seg_id, uint64_t start,
     memcpy(p + HEADER + <Py_ssize_t>n * 8, metas, <size_t>n * meta_size)
     h = _seg_checksum(p, total)
     memcpy(p + CK_OFF, &h, 8)
+
+
+cdef inline Py_ssize_t _seg_prefix(const uint8_t* a, Py_ssize_t na,
+                                   const uint64_t* b, Py_ssize_t nb) noexcept nogil:
+    """Leading positions where a record's (unaligned) ids and ``b`` agree."""
+    cdef Py_ssize_t n = na if na < nb else nb
+    cdef Py_ssize_t i = 0
+    cdef uint64_t w
+    while i < n:
+        memcpy(&w, a + 8 * i, 8)
+        if w != b[i]:
+            break
+        i += 1
+    return i
+
+
+cdef inline Py_ssize_t _seg_verify(const uint8_t* p, Py_ssize_t n, uint64_t key, Py_ssize_t S,
+                                   Py_ssize_t meta_size, uint64_t ws, const uint64_t* q,
+                                   Py_ssize_t qn) noexcept nogil:
+    """The verification rule of plugins/segments.verify_raws for one record read under
+    ``key``: -1 when it fails any check (magic, version, meta size, key, at most ``S``
+    blocks, length, checksum), else the block-ID prefix it shares with ``q`` (0 when
+    it starts elsewhere than ``ws``)."""
+    cdef uint16_t ver, ms16
+    cdef uint32_t cnt
+    cdef uint64_t rkey, start, stored
+    if n < HEADER or p[0] != 80 or p[1] != 66 or p[2] != 83 or p[3] != 71:
+        return -1
+    memcpy(&ver, p + 4, 2)
+    memcpy(&ms16, p + 6, 2)
+    memcpy(&cnt, p + 8, 4)
+    memcpy(&rkey, p + 16, 8)
+    memcpy(&start, p + 24, 8)
+    memcpy(&stored, p + CK_OFF, 8)
+    if ver != 1 or ms16 != meta_size or rkey != key or cnt > S \
+            or n != HEADER + <Py_ssize_t>cnt * (8 + meta_size):
+        return -1
+    if _seg_checksum(p, n) != stored:
+        return -1
+    if start != ws or qn == 0 or cnt == 0:
+        return 0
+    return _seg_prefix(p + HEADER, cnt, q, qn)

@@ -174,55 +174,20 @@ def verify_raws(list raws, seg_ids, qw, uint64_t ws, Py_ssize_t S, Py_ssize_t me
             keep.append(r)
             ptr[i] = <const uint8_t*>PyBytes_AS_STRING(r)
             lens[i] = len(<bytes>r)
-    cdef const uint8_t* p
-    cdef uint16_t ver, ms16
-    cdef uint32_t cnt
-    cdef uint64_t key, start, stored
     with nogil:
         for i in range(n):
             status[i] = 0
-            p = ptr[i]
-            if p == NULL:
+            if ptr[i] == NULL:
                 continue
-            status[i] = 1      # corrupt until proven otherwise
-            if lens[i] < HEADER or p[0] != 80 or p[1] != 66 or p[2] != 83 or p[3] != 71:
-                continue
-            memcpy(&ver, p + 4, 2)
-            memcpy(&ms16, p + 6, 2)
-            memcpy(&cnt, p + 8, 4)
-            memcpy(&key, p + 16, 8)
-            memcpy(&start, p + 24, 8)
-            memcpy(&stored, p + CK_OFF, 8)
-            if ver != 1 or ms16 != meta_size or key != sid[i] or cnt > S \
-                    or lens[i] != HEADER + <Py_ssize_t>cnt * (8 + meta_size):
-                continue
-            if _seg_checksum(p, lens[i]) != stored:
-                continue
-            status[i] = 0
-            if start != ws:
-                continue
-            if qn == 0 or cnt == 0:
-                continue
-            v = _common_prefix_unaligned(p + HEADER, cnt, q, qn)
-            if v > bestv:
+            v = _seg_verify(ptr[i], lens[i], sid[i], S, meta_size, ws, q, qn)
+            if v < 0:
+                status[i] = 1
+            elif v > bestv:
                 bestv = v
                 best = i
     corrupt = [i for i in range(n) if status[i] == 1]
     free(ptr); free(lens); free(status)
     return best, bestv, corrupt
-
-
-cdef inline Py_ssize_t _common_prefix_unaligned(const uint8_t* a, Py_ssize_t na,
-                                                const uint64_t* b, Py_ssize_t nb) noexcept nogil:
-    cdef Py_ssize_t n = na if na < nb else nb
-    cdef Py_ssize_t i = 0
-    cdef uint64_t w
-    while i < n:
-        memcpy(&w, a + 8 * i, 8)
-        if w != b[i]:
-            break
-        i += 1
-    return i
 
 
 def views(bytes raw, Py_ssize_t meta_size):

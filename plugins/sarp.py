@@ -245,7 +245,7 @@ from prefixbench import phases, twins
 from prefixbench.errors import ConfigError
 from prefixbench.hookspecs import hookimpl
 from prefixbench.plugins.segments import (HEADER_SIZE, SEGMENT_KEY_LIMIT, Segment, SegmentLayer,
-                                          max_key, verify_raws, verify_raws_py)
+                                          max_key)
 from prefixbench.plugins.strategy import (
     META_SIZE,
     IndexStrategy,
@@ -520,9 +520,10 @@ class SarpStrategy(TombstoneOverlay):
         self._compiled = o["directory"] == "compiled"
         hot = _sarp if self._compiled else _sarp_ref
         self.dir = hot.RoutingDirectory()
-        self._verify = verify_raws if self._compiled else verify_raws_py
         self._filters = hot.filters
         self._record_ids = hot.record_ids
+        self._settle_window = hot.settle
+        self._first = hot.first_batch
         self.geo = _Geometry(S, R, self.refinement)
         self._insert_lock = threading.RLock()
         self._timed_lock = phases.TimedLock(self._insert_lock)
@@ -596,22 +597,12 @@ class SarpStrategy(TombstoneOverlay):
                                  self.filtering, budget)
 
     def _first_batch(self, route, budget: int):
-        """The candidates a window reads first: every one without filtering, else the
-        top-potential group capped by the budget (unlimited: 2); none when even the
-        best potential is 0 blocks."""
-        j, cands, pots, _nb, na = route
-        if j < 0 or not len(cands):
-            return cands[:0]
-        if not self.filtering:
-            return cands
-        if pots[0] <= 0:
-            return cands[:0]
-        if self.sequential:
-            return cands[:1]
-        return cands[:max(1, min(na, budget if budget else 2, len(cands)))]
+        """The candidates a window reads first (``first_batch`` of the hot module)."""
+        return self._first(route, budget, self.filtering, self.sequential)
 
     def _settle(self, qw: np.ndarray, ws: int, route, budget: int, known=None, first=None):
-        """Best verified segment for the query window ``qw`` (starting at ``ws``).
+        """Best verified segment for the query window ``qw`` (starting at ``ws``):
+        ``settle`` of the hot module over this strategy's store.
 
         ``known``: ``{segment id: raw}`` already read for this window (verified
         here, never read again); ``first``: the raw records of
@@ -622,81 +613,11 @@ class SarpStrategy(TombstoneOverlay):
         n_after, retrieved, batches)`` (None when nothing was routed) and
         ``seen`` every record in hand for the window (``{id: raw}``).
         """
-        if not self.filtering:
-            budget = 0
-        j, cands, pots, nb, na = route
-        qlen, S, ms = len(qw), self.S, self.meta_size
-        seen = {}
-        best_v, best_raw, best_id = 0, None, 0
-        filtered = False
-        if known:
-            kid = np.fromiter(known.keys(), np.uint64, len(known))
-            kraw = list(known.values())
-            with phases.phase(phases.VERIFY):
-                k, v, corrupt = self._verify(kraw, kid, qw, ws, S, ms)
-            seen = dict(zip(kid.tolist(), kraw))
-            for t in corrupt:
-                del seen[int(kid[t])]
-            if v > 0:
-                best_v, best_raw, best_id = v, kraw[k], int(kid[k])
-            if len(cands):
-                # a compare per known record (one to three, from the match): np.isin
-                # costs tens of microseconds on these short arrays; past a few, it pays
-                if len(kid) <= 8:
-                    keep = cands != kid[0]
-                    for t in range(1, len(kid)):
-                        keep &= cands != kid[t]
-                else:
-                    keep = ~np.isin(cands, kid)
-                if not keep.all():
-                    cands, pots, filtered = cands[keep], pots[keep], True
-        if j < 0:
-            return best_v, (best_raw, best_id) if best_raw is not None else None, None, seen
-        ncand = len(cands)
-        got = batches = i = 0
-        if not filtered:
-            batch = self._first_batch(route, budget)
-        elif not ncand or best_v >= qlen or (self.filtering and pots[0] <= best_v):
-            batch = cands[:0]
-        elif not self.filtering:
-            batch = cands
-        else:
-            run = 1 if self.sequential else int(np.searchsorted(-pots, -pots[0], side="right"))
-            batch = cands[:max(1, min(run, budget if budget else 2, ncand))]
-        if known and not filtered and len(batch) and (best_v >= qlen or (
-                self.filtering and pots[0] <= best_v)):
-            batch = cands[:0]       # what is in hand already beats every candidate left
         layer = self.layer
-        while len(batch):
-            raws = first if first is not None else layer.read_raw_many(batch)
-            first = None
-            batches += 1
-            got += len(batch)
-            i += len(batch)
-            with phases.phase(phases.VERIFY):
-                k, v, corrupt = self._verify(raws, batch, qw, ws, S, ms)
-            if corrupt:
-                layer.count_corrupt(batch[corrupt])
-                bad = set(corrupt)
-                seen.update((sid, raws[t]) for t, sid in enumerate(batch.tolist())
-                            if t not in bad)
-            else:
-                seen.update(zip(batch.tolist(), raws))
-            if v > best_v:
-                best_v, best_raw, best_id = v, raws[k], int(batch[k])
-            if best_v >= qlen or i >= ncand or (budget and got >= budget):
-                break
-            if pots[i] <= best_v:
-                break       # nobody left can beat what was verified
-            # next group: candidates sharing the next potential (at most the budget left)
-            if self.sequential:
-                m = 1
-            else:
-                run = int(np.searchsorted(-pots[i:], -pots[i], side="right"))
-                m = min(run, budget - got) if budget else min(run, 2 * len(batch))
-            batch = cands[i:i + m]
-        best = (best_raw, best_id) if best_raw is not None else None
-        return best_v, best, (nb, na, got, batches), seen
+        return self._settle_window(route, qw, ws, budget, self.filtering, self.sequential,
+                                   self.S, self.meta_size, known or None, first,
+                                   layer.read_raw_many, layer.count_corrupt,
+                                   phases.phase(phases.VERIFY) if phases._ON else None)
 
     def _segment(self, raw, seg_id: int):
         """The Segment of a record verification accepted."""

@@ -30,6 +30,7 @@ from prefixbench.plugins import sarp
 from prefixbench.plugins.radix import RadixStrategy
 from prefixbench import twins
 from prefixbench.plugins.sarp import LIVE, PENDING, SarpStrategy
+from prefixbench.plugins.segments import Segment, encode_segment
 from prefixbench.workloads.synthetic import make_synthetic
 
 from engine_support import ENGINE_NAMES, Stores
@@ -237,6 +238,17 @@ REQUEST_CONFIGS = {
 }
 
 
+def same_answers(a, b, ops):
+    """Replay ``ops`` on two strategies in lockstep, asserting every match agrees."""
+    for step, (kind, toks) in enumerate(ops):
+        ids = ids_of(toks)
+        ma, mb = a.match(ids), b.match(ids)
+        assert ma.n_blocks == mb.n_blocks and np.array_equal(ma.metas, mb.metas)
+        if kind == "insert":
+            a.insert(ids, metas_of(ids, step))
+            b.insert(ids, metas_of(ids, step))
+
+
 @pytest.mark.parametrize("config", sorted(REQUEST_CONFIGS))
 @SETTINGS
 @given(ops=session_sets())
@@ -258,13 +270,7 @@ def test_insert_after_match_stays_exact(config, ops):
 def test_batched_windows_give_the_same_answers_as_one_window_per_trip(base, ops, k):
     a = SarpStrategy(MemoryStore(), dict(SMALL, batch_windows=1, **base), meta_size=MS)
     b = SarpStrategy(MemoryStore(), dict(SMALL, batch_windows=k, **base), meta_size=MS)
-    for step, (kind, toks) in enumerate(ops):
-        ids = ids_of(toks)
-        ma, mb = a.match(ids), b.match(ids)
-        assert ma.n_blocks == mb.n_blocks and np.array_equal(ma.metas, mb.metas)
-        if kind == "insert":
-            a.insert(ids, metas_of(ids, step))
-            b.insert(ids, metas_of(ids, step))
+    same_answers(a, b, ops)
     sa, sb = a.stats(), b.stats()
     for key in ("retrievals_per_query", "candidates_before_filtering", "windows_per_match",
                 "candidates_after_filtering", "segments", "logical_block_entries"):
@@ -290,13 +296,7 @@ def test_sequential_reads_answer_as_the_group_does_with_no_more_reads(base, ops)
     seq = SarpStrategy(MemoryStore(), dict(SMALL, **base), meta_size=MS)
     grp = SarpStrategy(MemoryStore(), dict(SMALL, retrieval_order="group", **base),
                        meta_size=MS)
-    for step, (kind, toks) in enumerate(ops):
-        ids = ids_of(toks)
-        ms, mg = seq.match(ids), grp.match(ids)
-        assert ms.n_blocks == mg.n_blocks and np.array_equal(ms.metas, mg.metas)
-        if kind == "insert":
-            seq.insert(ids, metas_of(ids, step))
-            grp.insert(ids, metas_of(ids, step))
+    same_answers(seq, grp, ops)
     a, b = seq.stats(), grp.stats()
     assert a["segments"] == b["segments"]
     assert a["retrievals_per_query"] <= b["retrievals_per_query"] + 1e-12
@@ -541,6 +541,66 @@ def test_filters_equal_reference(ids, data):
     offs = data.draw(st.lists(st.integers(0, 45), max_size=6))
     got = _sarp.filters(np.array(ids, np.uint64), n, np.array(offs, np.int64), N, stride, b)
     assert got.tolist() == filters_py(ids, n, offs, N, stride, b).tolist()
+
+
+@pytest.mark.compiled
+@pytest.mark.parametrize("base", [{}, {"max_retrieval": 1, "b": 2}, {"max_retrieval": 0},
+                                  {"N": 2, "b": 1, "retrieval_order": "group"},
+                                  {"N": 2, "b": 1, "max_retrieval": 2}, {"filtering": False},
+                                  {"batch_windows": 3, "b": 2}])
+@SETTINGS
+@given(ops=session_sets())
+def test_compiled_window_settling_answers_as_the_reference(base, ops):
+    """The compiled directory, filters and window settling against their references in
+    lockstep: the same answers, counters and stored records."""
+    a = SarpStrategy(MemoryStore(), dict(SMALL, **base), meta_size=MS)
+    b = SarpStrategy(MemoryStore(), dict(SMALL, directory="python", **base), meta_size=MS)
+    same_answers(a, b, ops)
+    assert a.stats() == b.stats()
+    assert dict(a.store.scan()) == dict(b.store.scan())
+    a.close()
+    b.close()
+
+
+def _record(seg_id, start, ids, ms=MS):
+    ids = np.asarray(ids, np.uint64)
+    return encode_segment(Segment(seg_id, start, ids, np.zeros((len(ids), ms), np.uint8)), ms)
+
+
+@pytest.mark.compiled
+@pytest.mark.parametrize("filtering,sequential,budget", [(True, True, 3), (True, False, 0),
+                                                         (True, False, 2), (False, True, 0)])
+def test_settle_equals_reference_on_corrupt_absent_and_known_records(filtering, sequential,
+                                                                      budget):
+    q = np.arange(100, 108, dtype=np.uint64)
+    good = {7: _record(7, 8, q[:5]), 9: _record(9, 8, q[:3]), 11: _record(11, 8, q),
+            13: _record(13, 16, q)}                     # 13 starts elsewhere: never verified
+    bad = bytearray(good[11])
+    bad[-1] ^= 1                                        # checksum fails
+    store = {**good, 12: bytes(bad), 14: None}
+    route = (0, np.array([12, 11, 14, 9, 13, 7], np.uint64), np.array([8, 8, 6, 6, 6, 2]), 9, 2)
+    for known in (None, {9: good[9]}, {7: good[7], 14: None}, {12: bytes(bad), 11: good[11]}):
+        got = []
+        for mod in (_sarp, _sarp_ref):
+            reads, corrupt = [], []
+
+            def read(batch):
+                reads.append(batch.tolist())
+                return [store[int(i)] for i in batch]
+
+            out = mod.settle(route, q, 8, budget, filtering, sequential, 8, MS,
+                             dict(known) if known else None, None, read,
+                             lambda ids: corrupt.extend(int(i) for i in ids), None)
+            got.append((out, reads, corrupt))
+        (oa, ra, ca), (ob, rb, cb) = got
+        assert oa == ob and ra == rb and ca == cb, known
+        assert _sarp.first_batch(route, budget, filtering, sequential).tolist() == \
+            _sarp_ref.first_batch(route, budget, filtering, sequential).tolist()
+    # the whole query matched: record 11 wins over the corrupt copy read first
+    v, best, _info, seen = _sarp.settle(route, q, 8, 0, True, True, 8, MS, None, None,
+                                        lambda b: [store[int(i)] for i in b], lambda ids: None,
+                                        None)
+    assert v == 8 and best == (good[11], 11) and 12 not in seen
 
 
 def test_filter_layout_most_significant_field_first_zero_padded():
