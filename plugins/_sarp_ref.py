@@ -1,7 +1,6 @@
 """Pure-Python reference of :mod:`prefixbench.plugins._sarp`: candidate filters, the
 match-potential search (ExistsMatch, paper Algorithm 1), the routing directory and
-settling a window,
-with the same public names, answers, errors and byte accounting.
+settling a window, with the same public names, answers, errors and byte accounting.
 
 The rules are documented in :mod:`prefixbench.plugins.sarp`; the tests hold this
 module equal to the compiled one, and the sarp strategy runs on it with

@@ -15,7 +15,7 @@ from libc.stdlib cimport free, malloc
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 
 __all__ = ["HEADER_SIZE", "MAGIC", "VERSION", "checksum", "common_prefix", "decode", "encode",
-           "metas_prefix", "verify_raws", "views"]
+           "metas_prefix", "splice", "verify_raws", "views"]
 
 cnp.import_array()
 
@@ -50,11 +50,9 @@ def checksum(raw):
 
 def encode(uint64_t seg_id, uint64_t start, ids, metas, Py_ssize_t meta_size):
     """One record: header, all block ids (u64 LE), then all metadata rows."""
-    cdef cnp.ndarray a = np.ascontiguousarray(ids, dtype=np.uint64)
-    cdef cnp.ndarray m = np.ascontiguousarray(metas, dtype=np.uint8)
+    cdef cnp.ndarray a = as_carray(ids, cnp.NPY_UINT64, 1, "segment ids")
+    cdef cnp.ndarray m = as_carray(metas, cnp.NPY_UINT8, 2, "segment metas")
     cdef Py_ssize_t n = cnp.PyArray_DIM(a, 0)
-    if cnp.PyArray_NDIM(a) != 1:
-        raise ValueError("segment ids must be 1-D")
     if cnp.PyArray_NDIM(m) != 2 or cnp.PyArray_DIM(m, 0) != n or cnp.PyArray_DIM(m, 1) != meta_size:
         raise ValueError(f"segment metas must have shape ({n}, {meta_size}), "
                          f"got {(<object>m).shape}")
@@ -68,6 +66,36 @@ def encode(uint64_t seg_id, uint64_t start, ids, metas, Py_ssize_t meta_size):
     with nogil:
         _seg_write(p, seg_id, start, ap, <uint32_t>n, mp, <uint16_t>meta_size)
     return out
+
+
+def splice(ids, metas, qids, qmetas, Py_ssize_t shared, Py_ssize_t S):
+    """``(ids, metas)`` of a segment's first ``shared`` blocks followed by the query's
+    blocks from ``shared`` up to ``min(len(qids), S)`` (new arrays): what extending a
+    segment in place or copying its shared prefix stores."""
+    cdef cnp.ndarray a = as_ids(ids)
+    cdef cnp.ndarray q = as_ids(qids)
+    cdef cnp.ndarray am = as_carray(metas, cnp.NPY_UINT8, 2, "segment metas")
+    cdef cnp.ndarray qm = as_carray(qmetas, cnp.NPY_UINT8, 2, "query metas")
+    cdef Py_ssize_t na = cnp.PyArray_DIM(a, 0), nq = cnp.PyArray_DIM(q, 0)
+    cdef Py_ssize_t ms = cnp.PyArray_DIM(am, 1)
+    cdef Py_ssize_t n = nq if nq < S else S
+    if cnp.PyArray_DIM(am, 0) != na or cnp.PyArray_DIM(qm, 0) < n or cnp.PyArray_DIM(qm, 1) != ms:
+        raise ValueError("splice: one metadata row of the same size per block")
+    if not 0 <= shared <= min(na, n):
+        raise ValueError(f"shared={shared} outside 0..{min(na, n)}")
+    cdef cnp.npy_intp d1 = n
+    cdef cnp.npy_intp d2[2]
+    d2[0] = n
+    d2[1] = ms
+    cdef cnp.ndarray oi = cnp.PyArray_EMPTY(1, &d1, cnp.NPY_UINT64, 0)
+    cdef cnp.ndarray om = cnp.PyArray_EMPTY(2, d2, cnp.NPY_UINT8, 0)
+    cdef uint8_t* pi = <uint8_t*>cnp.PyArray_DATA(oi)
+    cdef uint8_t* pm = <uint8_t*>cnp.PyArray_DATA(om)
+    memcpy(pi, cnp.PyArray_DATA(a), shared * 8)
+    memcpy(pi + shared * 8, <uint8_t*>cnp.PyArray_DATA(q) + shared * 8, (n - shared) * 8)
+    memcpy(pm, cnp.PyArray_DATA(am), shared * ms)
+    memcpy(pm + shared * ms, <uint8_t*>cnp.PyArray_DATA(qm) + shared * ms, (n - shared) * ms)
+    return oi, om
 
 
 def decode(raw, Py_ssize_t meta_size):

@@ -12,7 +12,7 @@ import struct
 import numpy as np
 
 __all__ = ["HEADER_SIZE", "MAGIC", "VERSION", "checksum", "common_prefix", "decode", "encode",
-           "metas_prefix", "verify_raws", "views"]
+           "metas_prefix", "splice", "verify_raws", "views"]
 
 MAGIC = b"PBSG"
 VERSION = 1
@@ -167,3 +167,18 @@ def metas_prefix(raw, v, meta_size):
     if not 0 <= v <= len(metas):
         raise ValueError(f"metas_prefix: {v} blocks of a record of {len(metas)}")
     return metas[:v]
+
+
+def splice(ids, metas, qids, qmetas, shared, S):
+    """``(ids, metas)``: a segment's first ``shared`` blocks, then the query's from
+    ``shared`` up to ``min(len(qids), S)``."""
+    ids, qids = np.asarray(ids, np.uint64), np.asarray(qids, np.uint64)
+    metas, qmetas = np.asarray(metas, np.uint8), np.asarray(qmetas, np.uint8)
+    n = min(len(qids), S)
+    if metas.ndim != 2 or qmetas.ndim != 2 or len(metas) != len(ids) or len(qmetas) < n \
+            or qmetas.shape[1] != metas.shape[1]:
+        raise ValueError("splice: one metadata row of the same size per block")
+    if not 0 <= shared <= min(len(ids), n):
+        raise ValueError(f"shared={shared} outside 0..{min(len(ids), n)}")
+    return (np.concatenate((ids[:shared], qids[shared:n])),
+            np.concatenate((metas[:shared], qmetas[shared:n])))

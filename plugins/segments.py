@@ -349,18 +349,14 @@ class SegmentLayer:
         with :meth:`new_id` when it publishes (a plan made without a lock keeps
         ids in publish order that way).
         """
-        q = np.asarray(query_ids, dtype=np.uint64)[:self.S]
-        qm = np.asarray(query_metas, dtype=np.uint8)[:self.S]
-        if not 0 <= shared <= min(seg.n, len(q)):
-            raise ValueError(f"shared={shared} outside 0..{min(seg.n, len(q))}")
-        if shared == len(q):
+        n = min(len(query_ids), self.S)
+        if not 0 <= shared <= min(seg.n, n):
+            raise ValueError(f"shared={shared} outside 0..{min(seg.n, n)}")
+        if shared == n:
             return seg, False
+        ids, metas = _segments.splice(seg.ids, seg.metas, query_ids, query_metas, shared, self.S)
         if shared == seg.n:
-            ids = np.concatenate((seg.ids, q[shared:]))
-            metas = np.concatenate((seg.metas, qm[shared:]))
             return Segment(seg.seg_id, seg.start, ids, metas), False
-        ids = np.concatenate((seg.ids[:shared], q[shared:]))
-        metas = np.concatenate((seg.metas[:shared], qm[shared:]))
         return Segment(self.new_id() if assign_id else 0, seg.start, ids, metas), True
 
     def new_segment(self, start: int, ids, metas, assign_id: bool = True) -> Segment:

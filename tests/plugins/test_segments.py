@@ -83,6 +83,34 @@ def test_codec_equals_reference_and_round_trips(seg):
         assert back.metas.shape == (seg.n, ms) and np.array_equal(back.metas, seg.metas)
 
 
+@SETTINGS
+@given(segments, st.data())
+def test_splice_equals_reference(seg, data):
+    ms = seg.metas.shape[1]
+    S = data.draw(st.integers(1, 12))
+    nq = data.draw(st.integers(0, 14))
+    q = np.array(data.draw(st.lists(st.integers(0, (1 << 64) - 1), min_size=nq, max_size=nq)),
+                 np.uint64)
+    qm = np.arange(nq * ms, dtype=np.uint8).reshape(nq, ms)
+    shared = data.draw(st.integers(0, 16))
+    outs = []
+    for splice in (_segments.splice, _ref.splice):
+        try:
+            outs.append(splice(seg.ids, seg.metas, q, qm, shared, S))
+        except ValueError as e:
+            outs.append(str(e))
+    if isinstance(outs[0], str):
+        assert outs[0] == outs[1] and "shared=" in outs[0]
+        assert shared > min(seg.n, nq, S)
+        return
+    (ia, ma), (ib, mb) = outs
+    n = min(nq, S)
+    assert ia.dtype == np.uint64 and ma.dtype == np.uint8 and ma.shape == (n, ms)
+    assert np.array_equal(ia, ib) and np.array_equal(ma, mb)
+    assert np.array_equal(ia[:shared], seg.ids[:shared]) and np.array_equal(ia[shared:], q[shared:n])
+    assert np.array_equal(ma[:shared], seg.metas[:shared]) and np.array_equal(ma[shared:], qm[shared:n])
+
+
 def test_layout_is_columnar():
     """All block ids first, then all metadata: verification reads one run."""
     ids = np.array([1, 2, 3], dtype=np.uint64)
