@@ -11,8 +11,8 @@ Phase names are free text; the built-in strategies use the names below.
 Engine calls (:class:`prefixbench.engines.base.SegmentStore`'s get, get_many,
 write, sync and scans) time themselves as :data:`STORAGE` through
 :func:`storage_call`, which keeps the current phase instead when that is
-already a storage kind (``spill``, ``fallback``, ``backfill``): a strategy marks *why* it
-reads, the engine measures *how long*.  :func:`enter_storage` is the same
+already a storage kind (``spill``, ``fallback``, ``backfill``): a strategy marks *why*
+it reads, the engine measures *how long*.  :func:`enter_storage` is the same
 rule as an enter for code that wraps engine work of its own.
 
 Off by default: then every call below is one global test, so strategies may
@@ -34,8 +34,8 @@ import threading
 import time
 from collections import defaultdict
 
-__all__ = ["STORAGE", "SPILL", "FALLBACK", "BACKFILL", "ROUTING", "HASHING", "VERIFY", "ENCODE", "LOCK",
-           "REST", "ORDER", "STORAGE_KINDS", "enable", "enabled", "enter", "enter_storage",
+__all__ = ["STORAGE", "SPILL", "FALLBACK", "BACKFILL", "ROUTING", "HASHING", "VERIFY", "ENCODE",
+           "LOCK", "REST", "ORDER", "STORAGE_KINDS", "enable", "enabled", "enter", "enter_storage",
            "leave", "phase", "reset", "storage_call", "timed_call", "totals", "switches", "calibrate",
            "ordered", "TimedLock"]
 

@@ -268,23 +268,12 @@ def settle(tuple route, qw, uint64_t ws, Py_ssize_t budget, bint filtering, bint
                 pp = <const int64_t*>cnp.PyArray_DATA(pots)
     if j < 0:
         return best_v, (best_raw, best_id) if best_raw is not None else None, None, seen
-    if not filtered:
-        m = _first_count(j, ncand, pp, na, budget, filtering, sequential)
-    elif ncand == 0 or best_v >= qlen or (filtering and pp[0] <= best_v):
-        m = 0
-    elif not filtering:
-        m = ncand
-    else:
-        m = 1 if sequential else _run_of(pp, 0, ncand)
-        t = budget if budget else 2
-        if t < m:
-            m = t
-        if ncand < m:
-            m = ncand
-        if m < 1:
-            m = 1
-    if has_known and not filtered and m and (best_v >= qlen or (filtering and pp[0] <= best_v)):
+    if has_known and (best_v >= qlen or (filtering and ncand and pp[0] <= best_v)):
         m = 0       # what is in hand already beats every candidate left
+    else:
+        # the first group: after dropping known records, the run sharing the top potential
+        m = _first_count(j, ncand, pp, _run_of(pp, 0, ncand) if filtered and ncand else na,
+                         budget, filtering, sequential)
     while m:
         batch = cands[i:i + m]
         raws = first if first is not None else read(batch)

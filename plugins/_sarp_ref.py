@@ -150,18 +150,12 @@ def settle(route, qw, ws: int, budget: int, filtering: bool, sequential: bool, S
         return best_v, (best_raw, best_id) if best_raw is not None else None, None, seen
     ncand = len(cands)
     got = batches = i = 0
-    if not filtered:
-        batch = first_batch(route, budget, filtering, sequential)
-    elif not ncand or best_v >= qlen or (filtering and pots[0] <= best_v):
-        batch = cands[:0]
-    elif not filtering:
-        batch = cands
-    else:
-        run = 1 if sequential else _run(pots, 0)
-        batch = cands[:max(1, min(run, budget if budget else 2, ncand))]
-    if known and not filtered and len(batch) and (best_v >= qlen or (
-            filtering and pots[0] <= best_v)):
+    if known and (best_v >= qlen or (filtering and ncand and pots[0] <= best_v)):
         batch = cands[:0]       # what is in hand already beats every candidate left
+    else:
+        # the first group: after dropping known records, the run sharing the top potential
+        na = _run(pots, 0) if filtered and ncand else na
+        batch = first_batch((j, cands, pots, nb, na), budget, filtering, sequential)
     while len(batch):
         raws = first if first is not None else read(batch)
         first = None

@@ -31,6 +31,13 @@ DEF CK_OFF = 32
 include "_segment_record.pxi"
 include "_arrays.pxi"
 
+
+cdef inline tuple _record_arrays(bytes buf, Py_ssize_t count, Py_ssize_t meta_size):
+    """Read-only ``(ids, metas)`` views of a record of ``count`` blocks."""
+    return (_ndarray((count,), _U64, buf, HEADER),
+            _ndarray((count, meta_size), _U8, buf, HEADER + count * 8))
+
+
 MAGIC = b"PBSG"
 VERSION = 1
 HEADER_SIZE = HEADER
@@ -53,7 +60,7 @@ def encode(uint64_t seg_id, uint64_t start, ids, metas, Py_ssize_t meta_size):
     cdef cnp.ndarray a = as_carray(ids, cnp.NPY_UINT64, 1, "segment ids")
     cdef cnp.ndarray m = as_carray(metas, cnp.NPY_UINT8, 2, "segment metas")
     cdef Py_ssize_t n = cnp.PyArray_DIM(a, 0)
-    if cnp.PyArray_NDIM(m) != 2 or cnp.PyArray_DIM(m, 0) != n or cnp.PyArray_DIM(m, 1) != meta_size:
+    if cnp.PyArray_DIM(m, 0) != n or cnp.PyArray_DIM(m, 1) != meta_size:
         raise ValueError(f"segment metas must have shape ({n}, {meta_size}), "
                          f"got {(<object>m).shape}")
     if meta_size < 1 or meta_size > 0xFFFF:
@@ -133,9 +140,8 @@ def decode(raw, Py_ssize_t meta_size):
         h = _seg_checksum(p, n)
     if h != stored:
         return "checksum mismatch"
-    buf = raw if isinstance(raw, bytes) else bytes(raw)
-    return (seg_id, start, _ndarray((count,), _U64, buf, HEADER),
-            _ndarray((count, meta_size), _U8, buf, HEADER + count * 8))
+    return (seg_id, start, *_record_arrays(raw if isinstance(raw, bytes) else bytes(raw),
+                                           count, meta_size))
 
 
 cdef inline Py_ssize_t _common_prefix(const uint64_t* a, Py_ssize_t na,
@@ -232,8 +238,7 @@ def views(bytes raw, Py_ssize_t meta_size):
     memcpy(&start, p + 24, 8)
     if n != HEADER + <Py_ssize_t>cnt * (8 + meta_size):
         raise ValueError("record length does not match its block count")
-    return (seg_id, start, _ndarray((cnt,), _U64, raw, HEADER),
-            _ndarray((cnt, meta_size), _U8, raw, HEADER + cnt * 8))
+    return (seg_id, start, *_record_arrays(raw, cnt, meta_size))
 
 
 def metas_prefix(bytes raw, Py_ssize_t v, Py_ssize_t meta_size):

@@ -539,8 +539,8 @@ def storage_bound(rows, file_reads=None) -> str | None:
         return None
     header = ["strategy", "its match + insert", f"{first} storage", f"{first} ÷ it at most"]
     notes = [f"storage: {first}'s mean storage time in match plus insert (reads and writes, "
-             "every storage kind and cache hits included); a throughput target above it needs fewer or cheaper "
-             "store calls"]
+             "every storage kind and cache hits included); a throughput target above it needs "
+             "fewer or cheaper store calls"]
     if with_reads:
         header.append("file reads ÷ " + first)
         notes.append(f"file reads ÷ {first}: the engine's file reads per request over "

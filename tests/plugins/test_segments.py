@@ -107,8 +107,10 @@ def test_splice_equals_reference(seg, data):
     n = min(nq, S)
     assert ia.dtype == np.uint64 and ma.dtype == np.uint8 and ma.shape == (n, ms)
     assert np.array_equal(ia, ib) and np.array_equal(ma, mb)
-    assert np.array_equal(ia[:shared], seg.ids[:shared]) and np.array_equal(ia[shared:], q[shared:n])
-    assert np.array_equal(ma[:shared], seg.metas[:shared]) and np.array_equal(ma[shared:], qm[shared:n])
+    assert np.array_equal(ia[:shared], seg.ids[:shared])
+    assert np.array_equal(ia[shared:], q[shared:n])
+    assert np.array_equal(ma[:shared], seg.metas[:shared])
+    assert np.array_equal(ma[shared:], qm[shared:n])
 
 
 def test_layout_is_columnar():
