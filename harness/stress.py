@@ -327,7 +327,8 @@ def _check_final(strat, uni, logs, meta_size, exact, strategy, options, violatio
 
 
 def stress_runs(strategies=None):
-    """``[(label, strategy, options)]``: every registered strategy, sarp twice."""
+    """``[(label, strategy, options)]``: every registered strategy; sarp three times
+    (its sync back-fill reads outside the insert lock too, like the worker)."""
     from prefixbench.registry import get_registry
     names = strategies or get_registry().names("strategy")
     runs = []
@@ -335,6 +336,7 @@ def stress_runs(strategies=None):
         if s == "sarp":
             runs.append(("sarp", "sarp", dict(SARP_STRESS)))
             runs.append(("sarp-unlimited", "sarp", dict(SARP_STRESS, max_retrieval=0)))
+            runs.append(("sarp-sync", "sarp", dict(SARP_STRESS, backfill="sync")))
         else:
             runs.append((s, s, {}))
     return runs

@@ -83,7 +83,11 @@ grow outside reclamation, and a pass publishes under the overlay lock, which
 every insert holds once anything was removed, so a record read earlier that
 holds the sequence still does).  Back-fill jobs
 publish routing entries only - which segments exist and what they hold is
-unchanged - so they bump nothing.  ``insert_lock=whole`` holds the lock for
+unchanged - so they bump nothing.  With ``backfill=sync`` the insert that
+booked a job runs it before returning, but reads its segments after releasing
+the lock and takes it again only to publish, as the worker does, so another
+thread's insert does not wait behind those reads; ``drain`` and snapshots wait
+for such jobs to end.  ``insert_lock=whole`` holds the lock for
 the whole insert.  Matches take only the directory's read lock (inside its
 compiled calls) and run concurrently with inserts and with the background
 worker.
@@ -527,6 +531,9 @@ class SarpStrategy(TombstoneOverlay):
         self.geo = _Geometry(S, R, self.refinement)
         self._insert_lock = threading.RLock()
         self._timed_lock = phases.TimedLock(self._insert_lock)
+        #: inserts running their sync back-fill jobs outside the lock, and their end
+        self._jobs_running = 0
+        self._jobs_idle = threading.Condition(self._insert_lock)
         #: bumped after every publish of segments (insert, recovery registration), which
         #: logs the (window start, first block id) of every segment it wrote (None: any)
         self._version = 0
@@ -753,7 +760,10 @@ class SarpStrategy(TombstoneOverlay):
                         replanned = True
                         plan = self._plan(x, xm, ws, None)
                     self._publish_plan(plan)
-                    self._run_sync_jobs()
+                    jobs, self._sync_jobs = self._sync_jobs, []
+                    self._jobs_running += bool(jobs)
+                if jobs:
+                    self._run_jobs_unlocked(jobs)
         else:
             with self._timed_lock:
                 plan = self._plan(x, xm, ws, memo if self._conflicts_memo(memo, x) is False
@@ -937,6 +947,36 @@ class SarpStrategy(TombstoneOverlay):
             job = self._sync_jobs.pop(0)
             self._publish(job, self._compute(job))
 
+    def _run_jobs_unlocked(self, jobs: list) -> None:
+        """The sync back-fill ``jobs`` a publish booked, in the same order as
+        :meth:`_run_sync_jobs`, reading outside the insert lock and taking it only to
+        publish each - as the background worker does, so another thread's insert
+        need not wait behind these reads.  The caller counted this run in
+        ``_jobs_running``; :meth:`drain` and snapshots wait for it to end."""
+        try:
+            while jobs:
+                job = jobs.pop(0)
+                epoch = self._reclaim_epoch
+                result = self._compute(job)
+                with self._timed_lock:
+                    if epoch != self._reclaim_epoch:
+                        result = self._compute(job)     # a pass retired records it read
+                    self._publish(job, result)
+                    jobs.extend(self._sync_jobs)        # the jobs this publish booked
+                    self._sync_jobs = []
+        finally:
+            with self._insert_lock:
+                if jobs:                # (an error: whoever drains next runs the rest)
+                    self._sync_jobs[:0] = jobs
+                self._jobs_running -= 1
+                self._jobs_idle.notify_all()
+
+    def _wait_jobs_idle(self) -> None:
+        """Wait until no insert is running sync jobs outside the lock (caller holds
+        the insert lock once)."""
+        while self._jobs_running:
+            self._jobs_idle.wait()
+
     def _work(self) -> None:
         while True:
             job = self._jobs.get()
@@ -1014,6 +1054,7 @@ class SarpStrategy(TombstoneOverlay):
         """Wait until every scheduled back-fill job is published (tests, harness)."""
         if self.opts["backfill"] == "sync":
             with self._insert_lock:
+                self._wait_jobs_idle()
                 self._run_sync_jobs()
         elif self._worker is not None:
             self._jobs.join()
@@ -1324,6 +1365,7 @@ class SarpStrategy(TombstoneOverlay):
 
     def _snapshot_state(self):
         with self._insert_lock:
+            self._wait_jobs_idle()
             self._run_sync_jobs()
             d = self.dir.dump()
             with self._stat_lock:

@@ -785,6 +785,51 @@ def test_refinement_adds_midpoint_and_last_block_points():
     assert set(off_r.dir.dump()["offs"].tolist()) == {0, 4}
 
 
+def test_sync_backfill_reads_outside_the_insert_lock_and_drain_waits_for_them():
+    """A sync job reads with the insert lock free (another thread's insert need not
+    wait behind it), and drain() returns only once every job is published."""
+    s = SarpStrategy(MemoryStore(), dict(SMALL, tau=2, pruning=False), meta_size=MS)
+    held, entered, release = [], threading.Event(), threading.Event()
+    compute = s._compute
+
+    def gated(job):
+        held.append(s._insert_lock._is_owned())
+        entered.set()
+        release.wait(30)
+        return compute(job)
+
+    s._compute = gated
+    errors = []
+
+    def writer():
+        try:
+            for i, toks in enumerate(_fan(7, 6, 1)):
+                ids = ids_of(toks)
+                s.insert(ids, metas_of(ids, i))
+        except BaseException as e:
+            errors.append(e)
+
+    w = threading.Thread(target=writer)
+    w.start()
+    assert entered.wait(30)
+    assert s._insert_lock.acquire(timeout=30)      # free while the job reads
+    s._insert_lock.release()
+    drainer = threading.Thread(target=s.drain)
+    drainer.start()
+    drainer.join(0.2)
+    assert drainer.is_alive()                       # it waits for the job in flight
+    release.set()
+    w.join(30)
+    drainer.join(30)
+    assert not errors, errors[0]
+    s.drain()
+    assert held and not any(held)
+    d = s.dir.dump()
+    assert PENDING not in d["next_state"] and PENDING not in d["refine_state"]
+    assert set(d["offs"].tolist()) == {0, 2, 4, 6, 7}   # as with the jobs under the lock
+    registrations_ok(s)
+
+
 def test_pruning_skips_points_then_rematerializes_them():
     opts = dict(SMALL, refinement=False, pruning_threshold=2)
     s = SarpStrategy(MemoryStore(), opts, meta_size=MS)
