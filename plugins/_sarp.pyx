@@ -85,9 +85,8 @@ def filters(ids, Py_ssize_t n, offsets, int nfields, int stride, int bits):
     if k == 0:
         return out
     cdef const uint64_t* ap = &a[0] if a.shape[0] else NULL
-    with nogil:
-        for j in range(k):
-            w[j] = _filter(ap, n, o[j], nfields, stride, bits) if ap != NULL else 0
+    for j in range(k):
+        w[j] = _filter(ap, n, o[j], nfields, stride, bits) if ap != NULL else 0
     return out
 
 
@@ -340,15 +339,14 @@ def max_potential(filters_sorted, uint64_t qf, int nfields, int stride, int bits
     cdef int k
     cdef uint64_t m, fmin
     cdef Py_ssize_t lo, hi
-    with nogil:
-        for i in range(n):
-            p[i].filt = fp[i]
-            p[i].seg = 0
-        k = _max_fields(p, n, qf, nfields, stride, bits)
-        m = _prefix_mask(k, bits)
-        fmin = qf & m
-        lo = _lower(p, n, fmin)
-        hi = _upper(p, n, fmin | ~m)
+    for i in range(n):
+        p[i].filt = fp[i]
+        p[i].seg = 0
+    k = _max_fields(p, n, qf, nfields, stride, bits)
+    m = _prefix_mask(k, bits)
+    fmin = qf & m
+    lo = _lower(p, n, fmin)
+    hi = _upper(p, n, fmin | ~m)
     free(p)
     L = nfields * stride if k >= nfields else (k + 1) * stride - 1
     return L, lo, hi
@@ -722,13 +720,12 @@ cdef class RoutingDirectory:
         cdef uint8_t vis, ns, rs
         if seg > MAX_SEG:
             raise OverflowError(f"segment id {seg} does not fit the 32-bit posting reference")
-        with nogil:
-            pb_wrlock(&self.lock)
-            e = self._put(key, off, filt, <uint32_t>seg, visible_if_new)
-            if e >= 0:
-                ent = &self.entries[e]
-                size, vis, ns, rs = ent.n, ent.visible, ent.next_state, ent.refine_state
-            pb_unlock(&self.lock)
+        pb_wrlock_gil(&self.lock)
+        e = self._put(key, off, filt, <uint32_t>seg, visible_if_new)
+        if e >= 0:
+            ent = &self.entries[e]
+            size, vis, ns, rs = ent.n, ent.visible, ent.next_state, ent.refine_state
+        pb_unlock(&self.lock)
         if e < 0:
             raise MemoryError("routing directory: out of memory")
         return size, bool(vis), ns, rs
@@ -783,76 +780,75 @@ cdef class RoutingDirectory:
         cdef uint64_t k, parent
         cdef Entry* ent
         cdef bint oom = False, final
-        with nogil:
-            pb_wrlock(&self.lock)
-            state = LIVE_
-            for i in range(R):          # base points; the ones reached are a prefix
-                b = bo[i]
-                if b >= n:
+        pb_wrlock_gil(&self.lock)
+        state = LIVE_
+        for i in range(R):          # base points; the ones reached are a prefix
+            b = bo[i]
+            if b >= n:
+                break
+            if i > 0 and pruning:
+                state = self._state(ip[bo[i - 1]], False)
+                if state == NONE_:
                     break
-                if i > 0 and pruning:
-                    state = self._state(ip[bo[i - 1]], False)
-                    if state == NONE_:
-                        break
-                k = ip[b]
-                e = self._put(k, <uint32_t>b, _filter(ip, n, b, nfields, stride, bits), s32,
-                              state == LIVE_)
-                if e < 0:
-                    oom = True
-                    break
-                ent = &self.entries[e]
-                if state == PENDING_ and not ent.visible:
-                    hidden[nh] = Hidden(ip[bo[i - 1]], 0, k)
-                    nh += 1
-                nreg += 1
-                if ent.visible:
-                    if pruning and ent.next_state == NONE_ and ent.n > pruning_threshold \
-                            and i < R - 1:
-                        ent.next_state = PENDING_
-                        jobs[nj] = Job(k, b, 0)
-                        nj += 1
-                    if refinement and ent.refine_state == NONE_ and ent.n > tau and M > 0:
-                        ent.refine_state = PENDING_
-                        jobs[nj] = Job(k, b, 1)
-                        nj += 1
-            for i in range(nreg if refinement and M > 0 and not oom else 0):
-                m = mo[i]
-                if m >= n:
-                    continue
-                parent = ip[bo[i]]
-                state = self._state(parent, True)
+            k = ip[b]
+            e = self._put(k, <uint32_t>b, _filter(ip, n, b, nfields, stride, bits), s32,
+                          state == LIVE_)
+            if e < 0:
+                oom = True
+                break
+            ent = &self.entries[e]
+            if state == PENDING_ and not ent.visible:
+                hidden[nh] = Hidden(ip[bo[i - 1]], 0, k)
+                nh += 1
+            nreg += 1
+            if ent.visible:
+                if pruning and ent.next_state == NONE_ and ent.n > pruning_threshold \
+                        and i < R - 1:
+                    ent.next_state = PENDING_
+                    jobs[nj] = Job(k, b, 0)
+                    nj += 1
+                if refinement and ent.refine_state == NONE_ and ent.n > tau and M > 0:
+                    ent.refine_state = PENDING_
+                    jobs[nj] = Job(k, b, 1)
+                    nj += 1
+        for i in range(nreg if refinement and M > 0 and not oom else 0):
+            m = mo[i]
+            if m >= n:
+                continue
+            parent = ip[bo[i]]
+            state = self._state(parent, True)
+            if state == NONE_:
+                continue
+            k = ip[m]
+            e = self._put(k, <uint32_t>m, _filter(ip, n, m, nfields, stride, bits), s32,
+                          state == LIVE_)
+            if e < 0:
+                oom = True
+                break
+            ent = &self.entries[e]
+            if state == PENDING_ and not ent.visible:
+                hidden[nh] = Hidden(parent, 1, k)
+                nh += 1
+            final = i == M - 1
+            if ent.visible and final and last >= 0 and ent.refine_state == NONE_ \
+                    and ent.n > tau:
+                ent.refine_state = PENDING_
+                jobs[nj] = Job(k, m, 1)
+                nj += 1
+            if final and 0 <= last < n:
+                state = self._state(k, True)
                 if state == NONE_:
                     continue
-                k = ip[m]
-                e = self._put(k, <uint32_t>m, _filter(ip, n, m, nfields, stride, bits), s32,
+                e = self._put(ip[last], <uint32_t>last,
+                              _filter(ip, n, last, nfields, stride, bits), s32,
                               state == LIVE_)
                 if e < 0:
                     oom = True
                     break
-                ent = &self.entries[e]
-                if state == PENDING_ and not ent.visible:
-                    hidden[nh] = Hidden(parent, 1, k)
+                if state == PENDING_ and not self.entries[e].visible:
+                    hidden[nh] = Hidden(k, 1, ip[last])
                     nh += 1
-                final = i == M - 1
-                if ent.visible and final and last >= 0 and ent.refine_state == NONE_ \
-                        and ent.n > tau:
-                    ent.refine_state = PENDING_
-                    jobs[nj] = Job(k, m, 1)
-                    nj += 1
-                if final and 0 <= last < n:
-                    state = self._state(k, True)
-                    if state == NONE_:
-                        continue
-                    e = self._put(ip[last], <uint32_t>last,
-                                  _filter(ip, n, last, nfields, stride, bits), s32,
-                                  state == LIVE_)
-                    if e < 0:
-                        oom = True
-                        break
-                    if state == PENDING_ and not self.entries[e].visible:
-                        hidden[nh] = Hidden(k, 1, ip[last])
-                        nh += 1
-            pb_unlock(&self.lock)
+        pb_unlock(&self.lock)
         out = ([(jobs[i].key, jobs[i].off, jobs[i].which) for i in range(nj)],
                [(hidden[i].parent, hidden[i].which, hidden[i].key) for i in range(nh)])
         free(jobs)
@@ -864,15 +860,14 @@ cdef class RoutingDirectory:
     def set_state(self, uint64_t key, int next_state=-1, int refine_state=-1):
         """Set an entry's pruning (``next_state``) or refinement state; -1 keeps it."""
         cdef Py_ssize_t e
-        with nogil:
-            pb_wrlock(&self.lock)
-            e = self._find(key)
-            if e >= 0:
-                if next_state >= 0:
-                    self.entries[e].next_state = <uint8_t>next_state
-                if refine_state >= 0:
-                    self.entries[e].refine_state = <uint8_t>refine_state
-            pb_unlock(&self.lock)
+        pb_wrlock_gil(&self.lock)
+        e = self._find(key)
+        if e >= 0:
+            if next_state >= 0:
+                self.entries[e].next_state = <uint8_t>next_state
+            if refine_state >= 0:
+                self.entries[e].refine_state = <uint8_t>refine_state
+        pb_unlock(&self.lock)
         if e < 0:
             raise KeyError(key)
 
@@ -892,30 +887,29 @@ cdef class RoutingDirectory:
         for i in range(n):
             if s[i] > MAX_SEG:
                 raise OverflowError(f"segment id {s[i]} does not fit the 32-bit posting reference")
-        with nogil:
-            pb_wrlock(&self.lock)
-            for i in range(n):
-                e = self._find(k[i])
+        pb_wrlock_gil(&self.lock)
+        for i in range(n):
+            e = self._find(k[i])
+            if e < 0:
+                e = self._create(k[i], o[i], 1)
                 if e < 0:
-                    e = self._create(k[i], o[i], 1)
-                    if e < 0:
-                        r = -1
-                        break
-                self.entries[e].visible = 1
-                if self._add(&self.entries[e], f[i], <uint32_t>s[i], False) < 0:
                     r = -1
                     break
-            for i in range(nf):
-                e = self._find(fl[i])
-                if e >= 0:
-                    self.entries[e].visible = 1
-            e = self._find(parent)
+            self.entries[e].visible = 1
+            if self._add(&self.entries[e], f[i], <uint32_t>s[i], False) < 0:
+                r = -1
+                break
+        for i in range(nf):
+            e = self._find(fl[i])
             if e >= 0:
-                if which == 0:
-                    self.entries[e].next_state = 2
-                else:
-                    self.entries[e].refine_state = 2
-            pb_unlock(&self.lock)
+                self.entries[e].visible = 1
+        e = self._find(parent)
+        if e >= 0:
+            if which == 0:
+                self.entries[e].next_state = 2
+            else:
+                self.entries[e].refine_state = 2
+        pb_unlock(&self.lock)
         if r < 0:
             raise MemoryError("routing directory: out of memory")
 
@@ -963,26 +957,25 @@ cdef class RoutingDirectory:
         cdef Entry* ent
         if s.shape[0] != n:
             raise ValueError("discard: keys and segs differ in length")
-        with nogil:
-            pb_wrlock(&self.lock)
-            for i in range(n):
-                if s[i] > MAX_SEG:
-                    continue
-                e = self._find(k[i])
-                if e < 0:
-                    continue
-                ent = &self.entries[e]
-                for t in range(ent.n):
-                    if ent.list[t].seg == <uint32_t>s[i]:
-                        memmove(&ent.list[t], &ent.list[t + 1], (ent.n - t - 1) * sizeof(Posting))
-                        ent.n -= 1
-                        self.n_post -= 1
-                        gone += 1
-                        break
-                if ent.n == 0:
-                    self._drop_entry(e)
-                    dropped += 1
-            pb_unlock(&self.lock)
+        pb_wrlock_gil(&self.lock)
+        for i in range(n):
+            if s[i] > MAX_SEG:
+                continue
+            e = self._find(k[i])
+            if e < 0:
+                continue
+            ent = &self.entries[e]
+            for t in range(ent.n):
+                if ent.list[t].seg == <uint32_t>s[i]:
+                    memmove(&ent.list[t], &ent.list[t + 1], (ent.n - t - 1) * sizeof(Posting))
+                    ent.n -= 1
+                    self.n_post -= 1
+                    gone += 1
+                    break
+            if ent.n == 0:
+                self._drop_entry(e)
+                dropped += 1
+        pb_unlock(&self.lock)
         return gone, dropped
 
     # ---- queries ----------------------------------------------------------------
@@ -991,14 +984,13 @@ cdef class RoutingDirectory:
         cdef Py_ssize_t e
         cdef uint32_t off = 0, size = 0
         cdef uint8_t vis = 0, ns = 0, rs = 0
-        with nogil:
-            pb_rdlock(&self.lock)
-            e = self._find(key)
-            if e >= 0:
-                off, size = self.entries[e].off, self.entries[e].n
-                vis, ns, rs = self.entries[e].visible, self.entries[e].next_state, \
-                    self.entries[e].refine_state
-            pb_unlock(&self.lock)
+        pb_rdlock_gil(&self.lock)
+        e = self._find(key)
+        if e >= 0:
+            off, size = self.entries[e].off, self.entries[e].n
+            vis, ns, rs = self.entries[e].visible, self.entries[e].next_state, \
+                self.entries[e].refine_state
+        pb_unlock(&self.lock)
         if e < 0:
             return None
         return off, size, bool(vis), ns, rs
@@ -1007,15 +999,14 @@ cdef class RoutingDirectory:
         """Copies ``(filters, segment ids)`` of the entry, in list order."""
         cdef Py_ssize_t e, i, n = 0
         cdef Posting* tmp = NULL
-        with nogil:
-            pb_rdlock(&self.lock)
-            e = self._find(key)
-            if e >= 0:
-                n = self.entries[e].n
-                tmp = <Posting*>malloc((n if n else 1) * sizeof(Posting))
-                if tmp != NULL and n:
-                    memcpy(tmp, self.entries[e].list, n * sizeof(Posting))
-            pb_unlock(&self.lock)
+        pb_rdlock_gil(&self.lock)
+        e = self._find(key)
+        if e >= 0:
+            n = self.entries[e].n
+            tmp = <Posting*>malloc((n if n else 1) * sizeof(Posting))
+            if tmp != NULL and n:
+                memcpy(tmp, self.entries[e].list, n * sizeof(Posting))
+        pb_unlock(&self.lock)
         if e < 0:
             raise KeyError(key)
         if tmp == NULL:
@@ -1073,13 +1064,12 @@ cdef class RoutingDirectory:
             raise ValueError("route: more than 256 routing points per window")
         if qlen == 0:
             return -1, np.empty(0, np.uint64), np.empty(0, np.int64), 0, 0
-        with nogil:
-            for i in range(npd):
-                if pd[i] < qlen:
-                    kbuf[nk] = q[pd[i]]
-                    obuf[nk] = pd[i]
-                    fbuf[nk] = _filter(q, qlen, pd[i], nfields, stride, bits) if filtering else 0
-                    nk += 1
+        for i in range(npd):
+            if pd[i] < qlen:
+                kbuf[nk] = q[pd[i]]
+                obuf[nk] = pd[i]
+                fbuf[nk] = _filter(q, qlen, pd[i], nfields, stride, bits) if filtering else 0
+                nk += 1
         if nk == 0:
             return -1, np.empty(0, np.uint64), np.empty(0, np.int64), 0, 0
         return self._plan(kbuf, fbuf, obuf, nk, qlen, nfields, stride, bits, filtering, limit)
@@ -1098,69 +1088,68 @@ cdef class RoutingDirectory:
         cdef uint64_t mask, fmin
         cdef uint64_t qfj = 0
         cdef int64_t offj = 0
-        with nogil:
-            pb_rdlock(&self.lock)
-            for j in range(nk):
-                e = self._find(k[j])
-                if e >= 0 and self.entries[e].visible and self.entries[e].n > 0:
-                    break
-                e = -1
-            if e >= 0:
-                lst = self.entries[e].list
-                n = self.entries[e].n
-                m = n if (limit <= 0 or limit > n) else limit
-                out_s = <uint64_t*>malloc(m * sizeof(uint64_t))
-                out_p = <int64_t*>malloc(m * sizeof(int64_t))
-                if out_s != NULL and out_p != NULL:
-                    offj = o[j]
-                    if not filtering:
-                        tmp = <Posting*>malloc(n * sizeof(Posting))
-                        if tmp != NULL:
-                            memcpy(tmp, lst, n * sizeof(Posting))
-                            qsort(tmp, n, sizeof(Posting), _cmp_seg_desc)
-                            for i in range(m):
-                                out_s[i] = tmp[i].seg
-                                out_p[i] = qlen
-                            cnt = m
-                            free(tmp)
-                        n_after = n
-                    else:
-                        qfj = qf[j]
-                        kstar = _max_fields(lst, n, qfj, nfields, stride, bits)
-                        plo = n
-                        phi = n
-                        kk = kstar
-                        while kk >= 0 and cnt < m:
-                            mask = _prefix_mask(kk, bits)
-                            fmin = qfj & mask
-                            lo = _lower(lst, n, fmin)
-                            hi = _upper(lst, n, fmin | ~mask)
-                            if kk >= nfields:
+        pb_rdlock_gil(&self.lock)
+        for j in range(nk):
+            e = self._find(k[j])
+            if e >= 0 and self.entries[e].visible and self.entries[e].n > 0:
+                break
+            e = -1
+        if e >= 0:
+            lst = self.entries[e].list
+            n = self.entries[e].n
+            m = n if (limit <= 0 or limit > n) else limit
+            out_s = <uint64_t*>malloc(m * sizeof(uint64_t))
+            out_p = <int64_t*>malloc(m * sizeof(int64_t))
+            if out_s != NULL and out_p != NULL:
+                offj = o[j]
+                if not filtering:
+                    tmp = <Posting*>malloc(n * sizeof(Posting))
+                    if tmp != NULL:
+                        memcpy(tmp, lst, n * sizeof(Posting))
+                        qsort(tmp, n, sizeof(Posting), _cmp_seg_desc)
+                        for i in range(m):
+                            out_s[i] = tmp[i].seg
+                            out_p[i] = qlen
+                        cnt = m
+                        free(tmp)
+                    n_after = n
+                else:
+                    qfj = qf[j]
+                    kstar = _max_fields(lst, n, qfj, nfields, stride, bits)
+                    plo = n
+                    phi = n
+                    kk = kstar
+                    while kk >= 0 and cnt < m:
+                        mask = _prefix_mask(kk, bits)
+                        fmin = qfj & mask
+                        lo = _lower(lst, n, fmin)
+                        hi = _upper(lst, n, fmin | ~mask)
+                        if kk >= nfields:
+                            pot = qlen
+                        else:
+                            pot = offj + (kk + 1) * stride - 1
+                            if pot > qlen:
                                 pot = qlen
-                            else:
-                                pot = offj + (kk + 1) * stride - 1
-                                if pot > qlen:
-                                    pot = qlen
-                            if kk == kstar:
-                                n_after = hi - lo
-                                plo = hi
-                                phi = hi
-                            i = lo
-                            while i < plo and cnt < m:
-                                out_s[cnt] = lst[i].seg
-                                out_p[cnt] = pot
-                                cnt += 1
-                                i += 1
-                            i = phi
-                            while i < hi and cnt < m:
-                                out_s[cnt] = lst[i].seg
-                                out_p[cnt] = pot
-                                cnt += 1
-                                i += 1
-                            plo = lo
+                        if kk == kstar:
+                            n_after = hi - lo
+                            plo = hi
                             phi = hi
-                            kk -= 1
-            pb_unlock(&self.lock)
+                        i = lo
+                        while i < plo and cnt < m:
+                            out_s[cnt] = lst[i].seg
+                            out_p[cnt] = pot
+                            cnt += 1
+                            i += 1
+                        i = phi
+                        while i < hi and cnt < m:
+                            out_s[cnt] = lst[i].seg
+                            out_p[cnt] = pot
+                            cnt += 1
+                            i += 1
+                        plo = lo
+                        phi = hi
+                        kk -= 1
+        pb_unlock(&self.lock)
         if e >= 0 and (out_s == NULL or out_p == NULL or (cnt < m and m > 0)):
             free(out_s)
             free(out_p)
@@ -1185,7 +1174,7 @@ cdef class RoutingDirectory:
         cdef Py_ssize_t i, j, t, c = 0
         cdef uint64_t s
         cdef int64_t[::1] ov
-        pb_rdlock(&self.lock)
+        pb_rdlock_gil(&self.lock)
         try:
             ne = self.n_ent
             order = np.empty(ne, dtype=np.int64)
@@ -1306,7 +1295,7 @@ cdef class RoutingDirectory:
         cdef Py_ssize_t i, t
         cdef bint ok = True
         bad = ""
-        pb_rdlock(&self.lock)
+        pb_rdlock_gil(&self.lock)
         try:
             for i in range(self.n_ent):
                 if self._find(self.entries[i].key) != i:

@@ -50,8 +50,7 @@ def checksum(raw):
     cdef uint64_t h
     if n < HEADER:
         raise ValueError(f"a segment record has at least {HEADER} bytes, got {n}")
-    with nogil:
-        h = _seg_checksum(&v[0], n)
+    h = _seg_checksum(&v[0], n)
     return h
 
 
@@ -70,8 +69,7 @@ def encode(uint64_t seg_id, uint64_t start, ids, metas, Py_ssize_t meta_size):
     cdef uint8_t* p = <uint8_t*>PyBytes_AS_STRING(out)
     cdef const uint8_t* ap = <const uint8_t*>cnp.PyArray_DATA(a)
     cdef const uint8_t* mp = <const uint8_t*>cnp.PyArray_DATA(m)
-    with nogil:
-        _seg_write(p, seg_id, start, ap, <uint32_t>n, mp, <uint16_t>meta_size)
+    _seg_write(p, seg_id, start, ap, <uint32_t>n, mp, <uint16_t>meta_size)
     return out
 
 
@@ -136,8 +134,7 @@ def decode(raw, Py_ssize_t meta_size):
         return f"record meta_size {ms16}, expected {meta_size}"
     if n != HEADER + <Py_ssize_t>count * (8 + meta_size):
         return f"record length {n} does not match {count} blocks"
-    with nogil:
-        h = _seg_checksum(p, n)
+    h = _seg_checksum(p, n)
     if h != stored:
         return "checksum mismatch"
     return (seg_id, start, *_record_arrays(raw if isinstance(raw, bytes) else bytes(raw),
@@ -164,8 +161,7 @@ def common_prefix(a, b):
     cdef Py_ssize_t nx = x.shape[0], ny = y.shape[0], r
     if nx == 0 or ny == 0:
         return 0
-    with nogil:
-        r = _common_prefix(&x[0], nx, &y[0], ny)
+    r = _common_prefix(&x[0], nx, &y[0], ny)
     return r
 
 
@@ -208,17 +204,16 @@ def verify_raws(list raws, seg_ids, qw, uint64_t ws, Py_ssize_t S, Py_ssize_t me
             keep.append(r)
             ptr[i] = <const uint8_t*>PyBytes_AS_STRING(r)
             lens[i] = len(<bytes>r)
-    with nogil:
-        for i in range(n):
-            status[i] = 0
-            if ptr[i] == NULL:
-                continue
-            v = _seg_verify(ptr[i], lens[i], sid[i], S, meta_size, ws, q, qn)
-            if v < 0:
-                status[i] = 1
-            elif v > bestv:
-                bestv = v
-                best = i
+    for i in range(n):
+        status[i] = 0
+        if ptr[i] == NULL:
+            continue
+        v = _seg_verify(ptr[i], lens[i], sid[i], S, meta_size, ws, q, qn)
+        if v < 0:
+            status[i] = 1
+        elif v > bestv:
+            bestv = v
+            best = i
     corrupt = [i for i in range(n) if status[i] == 1]
     free(ptr); free(lens); free(status)
     return best, bestv, corrupt
