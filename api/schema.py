@@ -446,6 +446,8 @@ FIGURES: tuple = tuple([
     Figure("store-logical-bytes", "bytes", "space", "live keys + values the index stored"),
     Figure("store-records", "count", "space", "records in the store"),
     Figure("space-amplification", "ratio", "space", "disk bytes / logical bytes", "lower"),
+    Figure("cpu-cores-busy", "ratio", "throughput", "process CPU seconds (every thread, the "
+           "engine's own included) per wall second of the timed requests"),
     Figure("indexed-blocks", "count", "workload", "unique blocks indexed"),
     Figure("memory-bytes", "bytes", "memory", "in-memory bytes of the index", "lower",
            csv=(("index_memory_bytes", 1.0),)),

@@ -74,6 +74,7 @@ COUNT_FIGURES = (
     ("store-logical-bytes", "byte", lambda r: r.logical_bytes),
     ("store-records", "integer", lambda r: r.store_records),
     ("space-amplification", "integer", lambda r: r.space_amplification),
+    ("cpu-cores-busy", "integer", lambda r: r.cores_busy),
 )
 
 

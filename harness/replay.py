@@ -89,6 +89,9 @@ class ReplayResult:
     gc_mode: str = ""
     threads: int = 1
     timed_wall_seconds: float = 0.0   # threaded runs: first start to last finish
+    #: process CPU time over the timed requests: every thread's, the engine's own
+    #: background threads included (what the cores did while the requests ran)
+    cpu_seconds: float = 0.0
     #: breakdown runs: phase -> (ns per match, ns per insert), per request, ordered
     #: as phases.ordered (``rest`` last); empty without a breakdown
     phase_ns: dict = field(default_factory=dict)
@@ -144,6 +147,13 @@ class ReplayResult:
         if self.timed_wall_seconds:
             return self.requests / self.timed_wall_seconds
         return self.requests / self.busy_seconds if self.busy_seconds else 0.0
+
+    @property
+    def cores_busy(self) -> float:
+        """Process CPU seconds per wall second over the timed requests: how many cores
+        the run kept busy (at two threads on two cores, near 2 means no headroom)."""
+        wall = self.timed_wall_seconds or self.wall_seconds
+        return self.cpu_seconds / wall if wall else 0.0
 
     @property
     def space_amplification(self) -> float:
@@ -235,6 +245,7 @@ def replay(strategy: IndexStrategy, workload: Workload, *, oracle: IndexStrategy
 
     res.gc_mode = _quiet_gc(freeze_gc)
     t_wall = time.perf_counter()
+    cpu0 = time.process_time()
     bar = progress(total, desc, quiet)
     next_status = t_wall + status_every
     i = 0
@@ -289,6 +300,7 @@ def replay(strategy: IndexStrategy, workload: Workload, *, oracle: IndexStrategy
         if bd:
             bd.stop()
     res.wall_seconds = time.perf_counter() - t_wall
+    res.cpu_seconds = time.process_time() - cpu0
     res.store_io = _io_since(store, io0)
     res.requests = i
     res.match_ns = match_ns[:i]
@@ -458,10 +470,12 @@ def replay_threaded(strategy: IndexStrategy, workload: Workload, *, threads: int
     try:
         pool = [threading.Thread(target=worker, args=(t,), name=f"request-{t}")
                 for t in range(threads)]
+        cpu0 = time.process_time()
         for th in pool:
             th.start()
         for th in pool:
             th.join()
+        res.cpu_seconds = time.process_time() - cpu0
     finally:
         bar.close()
         _restore_gc(freeze_gc)

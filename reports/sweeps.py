@@ -445,6 +445,9 @@ def threads_table(res, counts: list) -> str:
     header = ["strategy"] + [f"req/s @{c}" for c in counts]
     for c in more:
         header += [f"speedup {c}/{base}", f"serial frac @{c}", f"Amdahl bound @{c}"]
+    busy = any(res.get("cpu-cores-busy", s, c) is not None for s in settings(res) for c in counts)
+    if busy:
+        header += [f"cores busy @{c}" for c in counts]
     rows = []
     for s in settings(res):
         tps = {c: res.get("request-throughput", s, c) for c in counts}
@@ -454,6 +457,8 @@ def threads_table(res, counts: list) -> str:
             e = karp_flatt(sp.median if sp is not None else math.nan, c / base)
             row += [cell(sp, lambda v: f"{v:.2f}x"), "-" if math.isnan(e) else f"{e:.3f}",
                     amdahl_text(e)]
+        if busy:
+            row += [cell(res.get("cpu-cores-busy", s, c), lambda v: f"{v:.2f}") for c in counts]
         rows.append(tuple(row))
     md = res.first()
     paper = ""
@@ -465,7 +470,9 @@ def threads_table(res, counts: list) -> str:
             f"path (throughput = requests / wall time).\n"
             + format_table(tuple(header), rows)
             + "\nserial frac: Karp-Flatt e = (1/s - 1/p) / (1 - 1/p) from the median speedup "
-              "s at p times the threads; Amdahl bound: 1/e, the most any thread count gives.")
+              "s at p times the threads; Amdahl bound: 1/e, the most any thread count gives."
+            + ("  cores busy: process CPU seconds (request threads and the engine's own) per "
+               "wall second of the timed requests." if busy else ""))
 
 
 class SuiteReplay:

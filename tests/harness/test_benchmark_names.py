@@ -22,7 +22,7 @@ REPLAY_TIMES = {"replay-time-per-request"} | LATENCIES
 #: OUT.counts.json of every replay, whatever the strategy (zero figures are left out)
 REPLAY_COUNTS = {"hit-tokens", "oracle-hit-tokens", "prompt-tokens", "requests",
                  "store-logical-bytes", "store-reads-per-match", "store-records",
-                 "token-hit-rate-ppm"}
+                 "token-hit-rate-ppm", "cpu-cores-busy"}
 #: ... where the store has data on disk
 ON_DISK = {"store-bytes", "space-amplification"}
 #: ``index-<counter>`` for every numeric counter of the strategy's stats()

@@ -453,6 +453,8 @@ def test_repeats_and_threads_side_by_side():
     assert all(r.repeat == 0 and r.threads == 1 for r in res.rows)
     for r in res.all_rows:
         assert r.result.threads == r.threads and r.result.false_hits == 0
+        # the process did work while the requests ran
+        assert r.result.cpu_seconds > 0 and r.result.cores_busy > 0
     # the speedup is the median over repeats of each repeat's 2-thread / 1-thread throughput
     ones = {r.repeat: r.result.throughput for r in res.runs("sarp", 1)}
     twos = [r.result.throughput / ones[r.repeat] for r in res.runs("sarp", 2)]
@@ -467,8 +469,11 @@ def test_repeats_and_threads_side_by_side():
     assert "request threads side by side" in table and "42 request threads" in table
     assert "14 RocksDB threads" in table and "cores" in table
     assert "speedup 2/1" in table and "serial frac @2" in table and "Amdahl bound @2" in table
+    assert "cores busy @1" in table and "cores busy @2" in table
     times, counts = res.suites()
     names = {b.get_name(): b for b in times + counts}
+    busy = names["sarp-threads-2-cpu-cores-busy"].get_runs()[0].values[0]
+    assert busy == pytest.approx(res.runs("sarp", 2)[0].result.cores_busy)
     one = names["sarp-match-latency-mean"]
     assert len(one.get_runs()) == 2                        # every repeat's value is kept
     assert [r.get_metadata()["repeat"] for r in one.get_runs()] == [0, 1]
