@@ -65,7 +65,7 @@ def gil_statement(spec: RunSpec, result: ReplayResult) -> str:
     elif strat.gil_free_parts:
         parts = "strategy: " + ", ".join(strat.gil_free_parts)
     else:
-        parts = "strategy: nothing (its own work is Python)"
+        parts = "strategy: nothing (its own work holds the GIL)"
     if not result.store_stats:
         return parts + "; no store"
     engine = reg.get("engine", spec.engine).factory
