@@ -218,8 +218,8 @@ class SegmentStore(abc.ABC):
         self.write_items(list(items))
 
     def write_items(self, puts: Sequence[tuple[int, bytes]], deletes: Sequence[int] = ()) -> None:
-        puts = [(check_key(k), bytes(v)) for k, v in puts]
-        deletes = [check_key(k) for k in deletes]
+        puts = [(check_key(k), v if type(v) is bytes else bytes(v)) for k, v in puts]
+        deletes = [check_key(k) for k in deletes] if deletes else []
         try:
             if _phases._ON:
                 _phases.storage_call(self._write, puts, deletes)
@@ -236,7 +236,7 @@ class SegmentStore(abc.ABC):
         s.writes += len(puts)
         s.deletes += len(deletes)
         s.write_batches += 1
-        s.bytes_written += sum(len(v) for _, v in puts)
+        s.bytes_written += sum([len(v) for _, v in puts])
 
     def write(self, batch: WriteBatch) -> None:
         self.write_items(batch.puts, batch.deletes)

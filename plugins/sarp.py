@@ -536,7 +536,8 @@ class SarpStrategy(TombstoneOverlay):
         self._jobs_running = 0
         self._jobs_idle = threading.Condition(self._insert_lock)
         #: bumped after every publish of segments (insert, recovery registration), which
-        #: logs the (window start, first block id) of every segment it wrote (None: any)
+        #: logs the segments it wrote (None: any); a conflict check compares their
+        #: (window start, first block id) - neither changes once published
         self._version = 0
         self._pub_log: collections.deque = collections.deque(maxlen=4096)
         #: test hook: called between an unlocked plan and taking the lock to publish it
@@ -795,10 +796,11 @@ class SarpStrategy(TombstoneOverlay):
         log = self._pub_log
         if not log or log[0][0] > plan.basis + 1:
             return True                     # older than the log remembers
-        for ver, keys in reversed(log):
+        looked = plan.keys
+        for ver, writes in reversed(log):
             if ver <= plan.basis:
                 return False
-            if keys is None or not keys.isdisjoint(plan.keys):
+            if writes is None or any((w.start, int(w.ids[0])) in looked for w in writes):
                 return True
         return False
 
@@ -881,9 +883,10 @@ class SarpStrategy(TombstoneOverlay):
         register it (caller holds the insert lock)."""
         if not plan.writes:
             return
-        for s in plan.writes:
-            if s.seg_id == 0:
-                s.seg_id = self.layer.new_id()
+        fresh = [s for s in plan.writes if s.seg_id == 0]
+        if fresh:
+            for s, i in zip(fresh, self.layer.new_ids(len(fresh))):
+                s.seg_id = i
         journal = ()
         if plan.extended:
             self._journal_seq += 1
@@ -896,8 +899,7 @@ class SarpStrategy(TombstoneOverlay):
             for s in plan.writes:
                 self._register(s)
         self._version += 1
-        self._pub_log.append((self._version, frozenset((s.start, int(s.ids[0]))
-                                                       for s in plan.writes)))
+        self._pub_log.append((self._version, plan.writes))    # (published: never changes)
 
     # ------------------------------------------------------------------ registration
     def _register(self, seg: Segment) -> None:

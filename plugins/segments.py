@@ -223,12 +223,16 @@ class SegmentLayer:
     # ---- ids and windows --------------------------------------------------
     def new_id(self) -> int:
         """A fresh segment id, larger than every id handed out or stored before."""
+        return self.new_ids(1)[0]
+
+    def new_ids(self, k: int) -> range:
+        """``k`` fresh consecutive segment ids (one lock for a whole batch)."""
         with self._id_lock:
             i = self._next_id
-            if i >= SEGMENT_KEY_LIMIT:
+            if i + k > SEGMENT_KEY_LIMIT:
                 raise OverflowError("segment ids exhausted the 56-bit key space")
-            self._next_id = i + 1
-            return i
+            self._next_id = i + k
+            return range(i, i + k)
 
     @property
     def next_id(self) -> int:
@@ -315,19 +319,22 @@ class SegmentLayer:
     def write_many(self, segs, extra=()) -> None:
         """All records (and ``extra`` ``(key, bytes)`` items, e.g. a strategy's
         journal record) in one engine write batch (atomic where the engine is)."""
-        segs = list(segs)
-        if not segs:
-            return
+        S, meta_size, items, blocks = self.S, self.meta_size, [], 0
         for s in segs:
-            if s.start % self.S or s.n > self.S or not 0 < s.seg_id < SEGMENT_KEY_LIMIT:
-                raise ValueError(f"segment {s.seg_id} at {s.start} with {s.n} blocks does not "
-                                 f"fit a window of {self.S}")
-        items = [(s.seg_id, encode_segment(s, self.meta_size)) for s in segs]
+            n = len(s.ids)
+            if s.start % S or n > S or not 0 < s.seg_id < SEGMENT_KEY_LIMIT:
+                raise ValueError(f"segment {s.seg_id} at {s.start} with {n} blocks does not "
+                                 f"fit a window of {S}")
+            items.append((s.seg_id, encode_segment(s, meta_size)))
+            blocks += n
+        if not items:
+            return
+        nsegs = len(items)
         items.extend(extra)
         self.store.write_items(items)
         with self._count_lock:
-            self.segments_written += len(segs)
-            self.blocks_written += sum(s.n for s in segs)
+            self.segments_written += nsegs
+            self.blocks_written += blocks
 
     # ---- the insertion primitive -------------------------------------------
     def extend_or_copy(self, seg: Segment, query_ids, query_metas, shared: int,
