@@ -150,6 +150,19 @@ cdef int _max_fields(const Posting* p, Py_ssize_t n, uint64_t qf, int nfields, i
 
 
 # ----------------------------------------------------------------------------- settling a window
+cdef inline Py_ssize_t _emit(const Posting* lst, Py_ssize_t a, Py_ssize_t b, int64_t pot,
+                             uint64_t* out_s, int64_t* out_p, Py_ssize_t cnt,
+                             Py_ssize_t m) noexcept nogil:
+    """Append postings ``[a, b)`` with potential ``pot`` to the output, up to ``m`` in
+    all; the new count."""
+    while a < b and cnt < m:
+        out_s[cnt] = lst[a].seg
+        out_p[cnt] = pot
+        cnt += 1
+        a += 1
+    return cnt
+
+
 cdef Py_ssize_t _first_count(Py_ssize_t j, Py_ssize_t ncand, const int64_t* pp, Py_ssize_t na,
                              Py_ssize_t budget, bint filtering, bint sequential) noexcept:
     if j < 0 or ncand == 0:
@@ -730,6 +743,20 @@ cdef class RoutingDirectory:
             raise MemoryError("routing directory: out of memory")
         return size, bool(vis), ns, rs
 
+    cdef Py_ssize_t _put_point(self, const uint64_t* ip, Py_ssize_t n, Py_ssize_t p,
+                               uint8_t state, uint64_t parent, uint8_t which, uint32_t seg,
+                               int nfields, int stride, int bits, Hidden* hidden,
+                               Py_ssize_t* nh) noexcept nogil:
+        """Register block ``p`` of the segment ``ip`` (``n`` blocks) under a parent in
+        ``state`` (caller holds the write lock); an entry left hidden under a PENDING
+        parent is booked in ``hidden``.  The entry's index, -1 on OOM."""
+        cdef Py_ssize_t e = self._put(ip[p], <uint32_t>p, _filter(ip, n, p, nfields, stride, bits),
+                                      seg, state == LIVE_)
+        if e >= 0 and state == PENDING_ and not self.entries[e].visible:
+            hidden[nh[0]] = Hidden(parent, which, ip[p])
+            nh[0] += 1
+        return e
+
     cdef Py_ssize_t _put(self, uint64_t key, uint32_t off, uint64_t filt, uint32_t seg,
                          bint visible_if_new) noexcept nogil:
         """:meth:`upsert` under the caller's write lock: the entry's index, -1 on OOM."""
@@ -791,15 +818,12 @@ cdef class RoutingDirectory:
                 if state == NONE_:
                     break
             k = ip[b]
-            e = self._put(k, <uint32_t>b, _filter(ip, n, b, nfields, stride, bits), s32,
-                          state == LIVE_)
+            e = self._put_point(ip, n, b, state, ip[bo[i - 1]] if i > 0 else 0, 0, s32,
+                                nfields, stride, bits, hidden, &nh)
             if e < 0:
                 oom = True
                 break
             ent = &self.entries[e]
-            if state == PENDING_ and not ent.visible:
-                hidden[nh] = Hidden(ip[bo[i - 1]], 0, k)
-                nh += 1
             nreg += 1
             if ent.visible:
                 if pruning and ent.next_state == NONE_ and ent.n > pruning_threshold \
@@ -820,15 +844,12 @@ cdef class RoutingDirectory:
             if state == NONE_:
                 continue
             k = ip[m]
-            e = self._put(k, <uint32_t>m, _filter(ip, n, m, nfields, stride, bits), s32,
-                          state == LIVE_)
+            e = self._put_point(ip, n, m, state, parent, 1, s32, nfields, stride, bits,
+                                hidden, &nh)
             if e < 0:
                 oom = True
                 break
             ent = &self.entries[e]
-            if state == PENDING_ and not ent.visible:
-                hidden[nh] = Hidden(parent, 1, k)
-                nh += 1
             final = i == M - 1
             if ent.visible and final and last >= 0 and ent.refine_state == NONE_ \
                     and ent.n > tau:
@@ -839,15 +860,10 @@ cdef class RoutingDirectory:
                 state = self._state(k, True)
                 if state == NONE_:
                     continue
-                e = self._put(ip[last], <uint32_t>last,
-                              _filter(ip, n, last, nfields, stride, bits), s32,
-                              state == LIVE_)
-                if e < 0:
+                if self._put_point(ip, n, last, state, k, 1, s32, nfields, stride, bits,
+                                   hidden, &nh) < 0:
                     oom = True
                     break
-                if state == PENDING_ and not self.entries[e].visible:
-                    hidden[nh] = Hidden(k, 1, ip[last])
-                    nh += 1
         pb_unlock(&self.lock)
         out = ([(jobs[i].key, jobs[i].off, jobs[i].which) for i in range(nj)],
                [(hidden[i].parent, hidden[i].which, hidden[i].key) for i in range(nh)])
@@ -1134,18 +1150,9 @@ cdef class RoutingDirectory:
                             n_after = hi - lo
                             plo = hi
                             phi = hi
-                        i = lo
-                        while i < plo and cnt < m:
-                            out_s[cnt] = lst[i].seg
-                            out_p[cnt] = pot
-                            cnt += 1
-                            i += 1
-                        i = phi
-                        while i < hi and cnt < m:
-                            out_s[cnt] = lst[i].seg
-                            out_p[cnt] = pot
-                            cnt += 1
-                            i += 1
+                        # the part of [lo, hi) not emitted at a higher field count
+                        cnt = _emit(lst, lo, plo, pot, out_s, out_p, cnt, m)
+                        cnt = _emit(lst, phi, hi, pot, out_s, out_p, cnt, m)
                         plo = lo
                         phi = hi
                         kk -= 1

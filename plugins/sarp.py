@@ -962,9 +962,7 @@ class SarpStrategy(TombstoneOverlay):
                 epoch = self._reclaim_epoch
                 result = self._compute(job)
                 with self._timed_lock:
-                    if epoch != self._reclaim_epoch:
-                        result = self._compute(job)     # a pass retired records it read
-                    self._publish(job, result)
+                    self._publish_computed(job, result, epoch)
                     jobs.extend(self._sync_jobs)        # the jobs this publish booked
                     self._sync_jobs = []
         finally:
@@ -973,6 +971,14 @@ class SarpStrategy(TombstoneOverlay):
                     self._sync_jobs[:0] = jobs
                 self._jobs_running -= 1
                 self._jobs_idle.notify_all()
+
+    def _publish_computed(self, job, result, epoch: int) -> None:
+        """Publish ``result``, computed outside the lock at reclamation ``epoch``; a pass
+        since then retired records it read, so it is read again (caller holds the
+        insert lock)."""
+        if epoch != self._reclaim_epoch:
+            result = self._compute(job)
+        self._publish(job, result)
 
     def _wait_jobs_idle(self) -> None:
         """Wait until no insert is running sync jobs outside the lock (caller holds
@@ -1000,10 +1006,7 @@ class SarpStrategy(TombstoneOverlay):
                     epoch = self._reclaim_epoch
                     result = self._compute(job)
                     with self._insert_lock:
-                        if epoch != self._reclaim_epoch:
-                            # a reclamation retired records this read: read them again
-                            result = self._compute(job)
-                        self._publish(job, result)
+                        self._publish_computed(job, result, epoch)
             except BaseException as e:  # surfaced by drain() / the next insert
                 self._worker_error = e
             finally:
