@@ -69,7 +69,8 @@ it.  ``insert_reuse=false`` reads everything again (for comparison).
 
 Inserts plan without a lock (routing, reads, verification, which segments to
 extend, copy or write; new segments get their ids only at publish, so ids
-keep publish order for recovery's ordered scan) and take the insert lock only
+keep publish order for recovery's ordered scan, or are journalled where
+``id_runs`` places them out of it) and take the insert lock only
 to publish: write the batch, register, bump the version and log the (window
 start, first block id) of every segment written.  Only a segment whose first
 block is the inserted sequence's block at that window start can share a
@@ -108,6 +109,22 @@ RocksDB with direct reads it lowered the mean match latency on codeact,
 lmcache-agent and eabf (``sweep strategies --strategies sarp+batch_windows=1,
 sarp`` compares the two); ``k=1`` is the paper's one round trip per window.
 
+Id runs (``id_runs=K``, beyond the paper): an ordered engine stores adjacent
+keys in one data block, so a batched read of a sequence's consecutive windows
+costs fewer device reads when their segments have adjacent ids.  With ``K``
+>= 2 ids come in aligned runs of ``K`` (each reserved whole when opened): a
+new segment takes the id right after the segment of the previous window on
+its sequence when that id is the last one its run has handed out, else it
+opens a run (:meth:`SegmentLayer.new_ids_after`).  The insert knows each
+predecessor from its plan (a stored window, the segment it extends, or a new
+segment of the same plan) and, for the windows it skips, from its match
+(``_Memo.full_id``).  A copy made where a sequence diverges inside a window
+opens a run (its predecessor's successor is taken), and the branch's later
+windows follow it.  Ids then no longer follow publish order, so an id placed
+in a run opened by an earlier publish is journalled with the extensions (a
+snapshot taken since may not cover it); a recovered index opens runs above
+every stored id.  ``K=0`` keeps ids in publish order.
+
 Geometry in tokens: ``segment_tokens`` and ``interval_tokens`` (0 = use ``S``
 and ``R``) are rounded to whole blocks of ``block_tokens`` (which the harness
 sets to the workload's block size): see :func:`resolve_geometry`; the
@@ -124,7 +141,8 @@ every entry is visible and no job is half done; it records the first segment
 id it does not cover and the last **extension journal** sequence it covers.
 An insert that extends a segment in place (same id) also writes, in the same
 engine batch, a journal record under key space 4 (``(4 << 56) | seq``,
-value = the extended segment ids as u64).  Recovery loads the directory
+value = the extended segment ids as u64, with the ids ``id_runs`` placed in
+runs an earlier publish opened).  Recovery loads the directory
 (compiled bulk :meth:`RoutingDirectory.load`), then re-registers every
 segment an ordered scan finds from the first uncovered id and every segment
 journalled after the covered sequence, so every insert acknowledged before
@@ -377,24 +395,28 @@ class _Memo:
     version when the match started; ``raws``: window start -> ``{segment id: raw
     record}`` of every record the match read in the window that ended it (the
     one window the insert routes again), valid while the version is unchanged;
-    ``best``: ``(window start, segment id)`` the match verified there."""
+    ``best``: ``(window start, segment id)`` the match verified there;
+    ``full_id``: the segment it verified whole in the window ending at ``full``."""
 
-    __slots__ = ("full", "key", "version", "raws", "best", "epoch")
+    __slots__ = ("full", "key", "version", "raws", "best", "epoch", "full_id")
 
-    def __init__(self, full, key, version, raws, best, epoch):
+    def __init__(self, full, key, version, raws, best, epoch, full_id=0):
         self.full, self.key, self.version, self.raws, self.best = full, key, version, raws, best
-        self.epoch = epoch
+        self.epoch, self.full_id = epoch, full_id
 
 
 class _Plan:
     """An insert's decision: the records to write and what it cost to find them."""
 
-    __slots__ = ("writes", "extended", "reads", "new_blocks", "copied", "ext", "cp",
+    __slots__ = ("writes", "extended", "after", "reads", "new_blocks", "copied", "ext", "cp",
                  "reused_seg", "reused_records", "basis", "_keys", "_looked")
 
     def __init__(self):
         self.writes: list[Segment] = []
         self.extended: list[int] = []
+        #: per new segment (seg_id 0), in order: the segment before it on the
+        #: sequence (its id, the Segment when it is new too, or None)
+        self.after: list = []
         self.reads = self.new_blocks = self.copied = self.ext = self.cp = 0
         self.reused_seg = self.reused_records = 0
         self.basis = 0
@@ -465,6 +487,10 @@ class SarpStrategy(TombstoneOverlay):
         "batch_windows": Option(8, "windows whose first candidates one match fetches in one "
                                 "get_many (1 = the paper's one window per round trip)",
                                 min=1, max=64),
+        "id_runs": Option(0, "beyond the paper: a new segment takes the id right after "
+                          "the segment of the previous window, in runs of this many "
+                          "ids, so one engine block holds several windows of a sequence "
+                          "(0 = ids in publish order)", min=0, max=255),
         "insert_reuse": Option(True, "insert starts from the records its match read "
                                "instead of reading them again"),
         "insert_lock": Option("publish", "what the insert lock covers: publish = only writing "
@@ -518,6 +544,7 @@ class SarpStrategy(TombstoneOverlay):
         self.budget = o["max_retrieval"]
         self.refinement, self.filtering, self.pruning = o["refinement"], o["filtering"], o["pruning"]
         self.batch_windows = o["batch_windows"]
+        self.id_runs = o["id_runs"] if o["id_runs"] > 1 else 0
         self.sequential = o["retrieval_order"] == "sequential"
         self.insert_reuse = o["insert_reuse"]
         self.narrow_lock = o["insert_lock"] == "publish"
@@ -655,6 +682,7 @@ class SarpStrategy(TombstoneOverlay):
         windows = uses = before = after = retrieved = extra = 0
         spec = wasted = trips = 0
         raws_by_window: dict[int, dict] = {}
+        full_id = 0
         budget, k = self.budget, self.batch_windows
         while pos < n:
             if k > 1 and n - pos > S:
@@ -695,6 +723,8 @@ class SarpStrategy(TombstoneOverlay):
                 if v:
                     parts.append(self._metas(best[0], best[1], v))
                     last_id = best[1]
+                    if v == S:
+                        full_id = last_id
                     pos += v
                 if v < S or pos >= n:
                     wasted += sum(len(self._first_batch(r, budget)) for r, _f in plan[t + 1:])
@@ -721,10 +751,11 @@ class SarpStrategy(TombstoneOverlay):
             key = int(q[full - 1])
         elif old is not None and old.epoch == epoch:
             full, key = old.full, old.key  # an earlier verified prefix stays stored
+            full_id = old.full_id
         else:
             key = 0
         best = (pos - pos % S, int(last_id)) if parts and pos % S else None
-        self._tl.memo = _Memo(full, key, version, raws_by_window, best, epoch)
+        self._tl.memo = _Memo(full, key, version, raws_by_window, best, epoch, int(full_id))
         if not parts:
             return Match.empty(self.meta_size)
         metas = np.concatenate(parts) if len(parts) > 1 else parts[0].copy()
@@ -738,7 +769,7 @@ class SarpStrategy(TombstoneOverlay):
         if n == 0:
             return
         self._check_worker()
-        ws = 0
+        ws = prev = 0
         memo = getattr(self._tl, "memo", None)
         self._tl.memo = None
         if memo is not None and memo.epoch != self._reclaim_epoch:
@@ -746,12 +777,12 @@ class SarpStrategy(TombstoneOverlay):
         if memo is not None and memo.full and memo.full <= n and int(x[memo.full - 1]) == memo.key:
             # this thread's last match verified whole windows through memo.full; chained
             # ids make that this sequence's prefix, and no pass has run since (epoch)
-            ws = memo.full
+            ws, prev = memo.full, memo.full_id
         if not self.insert_reuse:
             memo = None
         replanned = False
         if self.narrow_lock:
-            plan = self._plan(x, xm, ws, memo)
+            plan = self._plan(x, xm, ws, memo, prev)
             if self._after_plan is not None:
                 self._after_plan()
             if plan.writes:
@@ -760,7 +791,7 @@ class SarpStrategy(TombstoneOverlay):
                         # another insert published where this plan looked: plan again,
                         # under the lock (with what the store holds now)
                         replanned = True
-                        plan = self._plan(x, xm, ws, None)
+                        plan = self._plan(x, xm, ws, None, prev)
                     self._publish_plan(plan)
                     jobs, self._sync_jobs = self._sync_jobs, []
                     self._jobs_running += bool(jobs)
@@ -769,7 +800,7 @@ class SarpStrategy(TombstoneOverlay):
         else:
             with self._timed_lock:
                 plan = self._plan(x, xm, ws, memo if self._conflicts_memo(memo, x) is False
-                                  else None)
+                                  else None, prev)
                 self._publish_plan(plan)
                 self._run_sync_jobs()
         with self._stat_lock:
@@ -813,7 +844,7 @@ class SarpStrategy(TombstoneOverlay):
         p.keys = frozenset((w, int(x[w])) for w in memo.raws if w < len(x))
         return self._conflicts(p)
 
-    def _plan(self, x, xm, ws: int, memo):
+    def _plan(self, x, xm, ws: int, memo, prev=0):
         """What inserting ``x`` from block ``ws`` writes, decided from reads only.
 
         Window by window with an unlimited budget, so the segment it extends or
@@ -825,7 +856,9 @@ class SarpStrategy(TombstoneOverlay):
         (window start, block id) of every window from ``ws``, for
         :meth:`_conflicts`.  New segments get
         their ids when published (``seg_id`` 0 until then), so ids keep the
-        publish order that recovery's ordered scan relies on.
+        publish order that recovery's ordered scan relies on; ``prev`` (the id of
+        the segment before window ``ws`` on ``x``, 0 if unknown) and each new
+        segment's predecessor (``plan.after``) place them for ``id_runs``.
         """
         S, n, layer = self.S, len(x), self.layer
         plan = _Plan()
@@ -847,12 +880,14 @@ class SarpStrategy(TombstoneOverlay):
                     plan.reused_seg += 1
             if seg is not None and v == S:
                 ws += S                       # the whole window is already stored
+                prev = seg.seg_id
                 continue
             if seg is not None:
                 res, is_new = layer.extend_or_copy(seg, xw, xm[ws:ws + S], v, assign_id=False)
                 if res is not seg:
                     plan.writes.append(res)
                     if is_new:
+                        plan.after.append(prev)
                         plan.cp += 1
                         plan.copied += v
                         plan.new_blocks += res.n
@@ -860,11 +895,14 @@ class SarpStrategy(TombstoneOverlay):
                         plan.ext += 1
                         plan.extended.append(res.seg_id)
                         plan.new_blocks += res.n - seg.n
+                prev = res if is_new else seg.seg_id
                 ws += S
             elif self._reclaim_epoch:
                 s = layer.new_segment(ws, xw, xm[ws:ws + S], assign_id=False)
                 plan.writes.append(s)
+                plan.after.append(prev)
                 plan.new_blocks += s.n
+                prev = s
                 ws += S
             if self._reclaim_epoch:
                 # a reclamation may have cut an earlier window of a prefix whose later
@@ -874,7 +912,9 @@ class SarpStrategy(TombstoneOverlay):
             while ws < n:
                 s = layer.new_segment(ws, x[ws:ws + S], xm[ws:ws + S], assign_id=False)
                 plan.writes.append(s)
+                plan.after.append(prev)
                 plan.new_blocks += s.n
+                prev = s
                 ws += S
         return plan
 
@@ -884,14 +924,26 @@ class SarpStrategy(TombstoneOverlay):
         if not plan.writes:
             return
         fresh = [s for s in plan.writes if s.seg_id == 0]
-        if fresh:
+        journalled = plan.extended
+        if fresh and self.id_runs:
+            at = {id(s): j for j, s in enumerate(fresh)}
+            after = [-(at[id(p)] + 1) if isinstance(p, Segment) else (p or 0)
+                     for p in plan.after]
+            ids, earlier = self.layer.new_ids_after(after, self.id_runs)
+            for s, i in zip(fresh, ids):
+                s.seg_id = i
+            if earlier:
+                # below the first id a snapshot taken before this publish does not
+                # cover: recovery finds them through the journal, as extensions
+                journalled = plan.extended + earlier
+        elif fresh:
             for s, i in zip(fresh, self.layer.new_ids(len(fresh))):
                 s.seg_id = i
         journal = ()
-        if plan.extended:
+        if journalled:
             self._journal_seq += 1
             journal = [(_JOURNAL_BASE | self._journal_seq,
-                        np.array(plan.extended, dtype="<u8").tobytes())]
+                        np.array(journalled, dtype="<u8").tobytes())]
         self.layer.write_many(plan.writes, journal)
         if self._extended_watch is not None and plan.extended:
             self._extended_watch.update(plan.extended)
@@ -1486,6 +1538,8 @@ class SarpStrategy(TombstoneOverlay):
             "speculative_reads": c["speculative_reads"],
             "speculative_reads_wasted": c["speculative_wasted"],
             "round_trips_per_match": c["match_round_trips"] / m,
+            "id_runs": self.id_runs, "ids_continued": self.layer.ids_continued,
+            "id_runs_opened": self.layer.id_runs_opened,
             "geometry": self._geometry, "geometry_preset": self.preset,
             "geometry_S": self.S, "geometry_R": self.R,
             "geometry_interval": self.S // self.R,

@@ -188,6 +188,12 @@ class SegmentLayer:
         self._id_lock = threading.Lock()
         self._count_lock = threading.Lock()
         self._next: int | None = None   # found in the store on first use (see _next_id)
+        #: id runs (see new_ids_after): next free slot of each run opened since
+        #: ``_run0`` (runs opened earlier, or before a recovery, count as closed)
+        self._run_slots = bytearray()
+        self._run0: int | None = None
+        self.ids_continued = 0       # fresh ids placed right after their predecessor
+        self.id_runs_opened = 0
         self.logical_reads = 0       # segment keys requested
         self.read_calls = 0          # get / get_many calls
         self.misses = 0              # requested ids with no record
@@ -214,6 +220,7 @@ class SegmentLayer:
         (recovery), sparing the store search; ``next_id`` must exceed every stored id."""
         with self._id_lock:
             self._next = max(int(next_id), 1)
+            self._run_slots, self._run0 = bytearray(), None
 
     def _recover_next_id(self) -> int:
         """One past the largest key in the segment key space (1 for an empty store)."""
@@ -233,6 +240,56 @@ class SegmentLayer:
                 raise OverflowError("segment ids exhausted the 56-bit key space")
             self._next_id = i + k
             return range(i, i + k)
+
+    def new_ids_after(self, after, run: int) -> tuple[list[int], list[int]]:
+        """Fresh ids placed next to their predecessors, so that a sequence's
+        consecutive windows sit under adjacent keys (one engine data block then
+        serves several windows of one read).
+
+        Ids come in runs of ``run`` aligned ids, each run reserved whole when
+        opened.  ``after[i]`` is the id of the segment that precedes the i-th
+        new one on its sequence (0: none; ``-(j + 1)``: the j-th id of this
+        call).  The i-th id is that id + 1 when it is the last id handed out in
+        its run and the run has room, else the first id of a new run.  Returns
+        the ids and those of them that continue a run opened before this call
+        (a snapshot taken since may not cover them: the caller journals them).
+        """
+        if run < 2:
+            raise ValueError("id runs need run >= 2")
+        ids: list[int] = []
+        earlier: list[int] = []
+        with self._id_lock:
+            slots = self._run_slots
+            r0 = self._run0
+            opened_from = None           # index of the first run this call opened
+            for a in after:
+                p = ids[-a - 1] if a < 0 else a
+                if p > 0 and r0 is not None:
+                    r, slot = divmod(p, run)
+                    i = r - r0
+                    if 0 <= i < len(slots) and slots[i] == slot + 1 and slot + 1 < run:
+                        slots[i] += 1
+                        ids.append(p + 1)
+                        if opened_from is None or i < opened_from:
+                            earlier.append(p + 1)
+                        self.ids_continued += 1
+                        continue
+                base = -(-self._next_id // run) * run
+                if base + run > SEGMENT_KEY_LIMIT:
+                    raise OverflowError("segment ids exhausted the 56-bit key space")
+                r = base // run
+                if r0 is None:
+                    r0 = self._run0 = r
+                i = r - r0
+                if i > len(slots):
+                    slots.extend(bytes([run]) * (i - len(slots)))    # skipped: closed
+                slots.append(1)
+                if opened_from is None:
+                    opened_from = i
+                self._next_id = base + run
+                ids.append(base)
+                self.id_runs_opened += 1
+        return ids, earlier
 
     @property
     def next_id(self) -> int:
@@ -378,4 +435,5 @@ class SegmentLayer:
     def stats(self) -> dict:
         return {"segment_reads": self.logical_reads, "segment_read_calls": self.read_calls,
                 "segment_misses": self.misses, "corrupt_segments": self.corrupt_reads,
-                "segments_written": self.segments_written, "next_segment_id": self._next_id}
+                "segments_written": self.segments_written, "next_segment_id": self._next_id,
+                "ids_continued": self.ids_continued, "id_runs_opened": self.id_runs_opened}

@@ -130,6 +130,8 @@ CONFIGS = {
                                           "N": 8, "b": 1},
     "python-batch-tokens": {"directory": "python", "batch_windows": 2, "segment_tokens": 64,
                             "interval_tokens": 16, "block_tokens": 8},
+    "id-runs-4": {"id_runs": 4},
+    "unlimited-id-runs-16-batch-3": {"max_retrieval": 0, "id_runs": 16, "batch_windows": 3},
 }
 
 
@@ -235,6 +237,8 @@ REQUEST_CONFIGS = {
     "no-reuse-budget-1": {"insert_reuse": False, "max_retrieval": 1, "b": 2},
     "python": {"directory": "python", "max_retrieval": 1, "b": 2, "batch_windows": 2},
     "group-order-budget-1": {"retrieval_order": "group", "max_retrieval": 1, "b": 2},
+    "id-runs-3-budget-1": {"id_runs": 3, "max_retrieval": 1, "b": 2},
+    "unlimited-id-runs-16": {"id_runs": 16, "max_retrieval": 0},
 }
 
 
@@ -1124,4 +1128,80 @@ def test_large_blocks_preset_never_longer_never_unverified(ops):
     assert s.preset == "large-blocks"
     run_against_oracle(s, ops, exact=False)
     registrations_ok(s)
+    s.close()
+
+
+# ----------------------------------------------------------------------------- id runs
+def _segment_ids(store) -> dict[int, tuple[int, int]]:
+    """Segment id -> (window start, first block id) of every segment record in ``store``."""
+    from prefixbench.plugins.segments import SEGMENT_KEY_LIMIT, decode_segment
+    return {k: (seg.start, int(seg.ids[0])) for k, v in store.scan(1, SEGMENT_KEY_LIMIT)
+            for seg in [decode_segment(v, MS)]}
+
+
+def _turns(s, toks, upto):
+    """One conversation growing turn by turn: match the prefix, insert the whole."""
+    for i, n in enumerate(upto):
+        ids = ids_of(toks[:n])
+        s.match(ids)
+        s.insert(ids, metas_of(ids, i))
+
+
+def _ids_of_conversation(store, toks):
+    """The segment ids holding ``toks``'s windows, in window order."""
+    x = ids_of(toks)
+    where = {v: k for k, v in _segment_ids(store).items()}
+    return [where[(w, int(x[w]))] for w in range(0, len(x), 8)]
+
+
+@pytest.mark.parametrize("runs", [8, 0])
+def test_id_runs_give_each_growing_conversation_consecutive_ids(runs):
+    store = MemoryStore()
+    s = SarpStrategy(store, dict(SMALL, id_runs=runs), meta_size=MS)
+    a, b = list(range(1, 61)), list(range(1001, 1061))
+    for n in [12, 20, 30, 44]:                      # two conversations, turns interleaved
+        _turns(s, a, [n])
+        _turns(s, b, [n])
+    ia, ib = _ids_of_conversation(store, a[:44]), _ids_of_conversation(store, b[:44])
+    consecutive = [ia == list(range(ia[0], ia[0] + 6)), ib == list(range(ib[0], ib[0] + 6))]
+    assert consecutive == ([True, True] if runs else [False, False])
+    if not runs:
+        return
+    # a branch inside window 1 copies it: the copy's predecessor (window 0) already has
+    # a successor, so the copy opens a run, and the branch's later windows follow it
+    fork = a[:11] + [99] * 14
+    _turns(s, fork, [len(fork)])
+    f = _ids_of_conversation(store, fork)
+    assert f[0] == ia[0] and f[1] % runs == 0 and f[1] > max(ia + ib)
+    assert f[1:] == [f[1], f[1] + 1, f[1] + 2]
+    st_ = s.stats()
+    assert st_["ids_continued"] == 2 * 5 + 2 and st_["id_runs_opened"] == 3
+    s.close()
+
+
+def test_a_snapshot_recovers_segments_placed_in_runs_it_predates(tmp_path):
+    """Ids a run hands out after a snapshot lie below the first id the snapshot does
+    not cover: recovery finds them through the journal."""
+    store = MemoryStore()
+    opts = dict(SMALL, id_runs=16, max_retrieval=0)
+    s = SarpStrategy(store, opts, meta_size=MS)
+    rng = np.random.default_rng(3)
+    convs = [rng.integers(1, 1 << 30, 90).tolist() for _ in range(5)]
+    for c in convs:
+        _turns(s, c, [10])
+    s.snapshot(tmp_path)
+    for c in convs:
+        _turns(s, c, [30, 50, 90])                   # later windows continue the old runs
+    assert s.stats()["ids_continued"] >= 5 * 9
+    want = [s.match(ids_of(c)).metas for c in convs]
+    r = SarpStrategy.recover(store, tmp_path, opts, meta_size=MS)
+    for c, m in zip(convs, want):
+        got = r.match(ids_of(c))
+        assert got.n_blocks == 90 and np.array_equal(got.metas, m)
+    # the recovered index keeps placing ids in fresh runs above every stored id
+    before = set(_segment_ids(store))
+    _turns(r, convs[0] + [7] * 20, [110])
+    new = sorted(set(_segment_ids(store)) - before)
+    assert new[0] > max(before) and new[0] % 16 == 0 and new == [new[0], new[0] + 1]
+    r.close()
     s.close()

@@ -188,12 +188,27 @@ def test_ids_are_monotonic_and_recovered_from_the_store(engine, open_store, tmp_
     assert again.read(top).n == 3
 
 
-def test_ids_are_unique_across_threads():
+def _sequential(layer, k):
+    return [layer.new_id() for _ in range(2000)]
+
+
+def _in_runs(layer, k):
+    """Ids after their predecessors (runs of 8), a new sequence every third call."""
+    out, last = [], 0
+    for i in range(1000):
+        ids, _ = layer.new_ids_after([last, -1] if i % 3 else [0], 8)
+        out.extend(ids)
+        last = ids[-1]
+    return out
+
+
+@pytest.mark.parametrize("allocate", [_sequential, _in_runs])
+def test_ids_are_unique_across_threads(allocate):
     layer = SegmentLayer(MemoryStore(), 8, 4)
     got: list[list[int]] = [[] for _ in range(4)]
 
     def work(k):
-        got[k].extend(layer.new_id() for _ in range(2000))
+        got[k].extend(allocate(layer, k))
 
     threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
     for t in threads:
@@ -201,8 +216,9 @@ def test_ids_are_unique_across_threads():
     for t in threads:
         t.join()
     flat = [i for g in got for i in g]
-    assert len(set(flat)) == len(flat) == 8000
-    assert all(g == sorted(g) for g in got)
+    assert len(set(flat)) == len(flat) and min(flat) > 0
+    if allocate is _sequential:
+        assert len(flat) == 8000 and all(g == sorted(g) for g in got)
 
 
 def test_windows_are_aligned():
@@ -316,3 +332,38 @@ def test_batch_verification_equals_reference(records, query):
     ok = [_ref.common_prefix(r[0], query) for r in records]
     good = [v for v, (_, _, kind) in zip(ok, records) if kind == "ok"]
     assert got[1] == max(good, default=0)
+
+
+# ----------------------------------------------------------------------------- id runs
+def test_id_runs_place_a_new_id_right_after_its_predecessor():
+    layer = SegmentLayer(MemoryStore(), 8, 4)
+    ids, earlier = layer.new_ids_after([0, -1, -2], 4)       # a new sequence of 3 windows
+    assert ids == [4, 5, 6] and earlier == []                # run [4, 8), reserved whole
+    other, _ = layer.new_ids_after([0], 4)                   # another sequence: a new run
+    assert other == [8]
+    ids2, earlier2 = layer.new_ids_after([6], 4)             # window 3 of the first one
+    assert ids2 == [7] and earlier2 == [7]                   # continues an earlier run
+    full, _ = layer.new_ids_after([7], 4)                    # the run is full: a new one
+    assert full == [12]
+    branch, _ = layer.new_ids_after([5], 4)                  # 5 is not the run's last id
+    assert branch == [16]
+    assert layer.new_id() == 20                              # sequential ids skip the runs
+    after_seq, _ = layer.new_ids_after([8, 20, 0], 4)
+    assert after_seq == [9, 24, 28]                          # 20 is no run's: new run
+    assert layer.stats()["ids_continued"] == 4
+    assert layer.stats()["id_runs_opened"] == 6
+
+
+def test_id_runs_restart_above_every_stored_id_and_treat_old_runs_as_closed():
+    store = MemoryStore()
+    layer = SegmentLayer(store, 8, 4)
+    ids, _ = layer.new_ids_after([0, -1], 16)
+    segs = [Segment(i, 8 * k, np.arange(2, dtype=np.uint64), np.zeros((2, 4), np.uint8))
+            for k, i in enumerate(ids)]
+    layer.write_many(segs)
+    again = SegmentLayer(store, 8, 4)          # a restart: the store says where ids end
+    got, earlier = again.new_ids_after([ids[-1]], 16)
+    assert got == [32] and earlier == []
+    layer.resume_at(100)
+    assert layer.new_ids_after([ids[-1]], 16)[0] == [112]
+
