@@ -290,6 +290,10 @@ class SegmentRadixStrategy(TombstoneOverlay):
         "S": Option(64, "blocks per segment (windows aligned at multiples of S)", min=1, max=4096),
         "cap_nodes": Option(0, "tree nodes kept in memory; the rest spill to the engine "
                             "(0: no cap)", min=0, max=1 << 40),
+        "id_runs": Option(0, "a new segment takes the id right after the segment of the "
+                          "previous window, in runs of this many ids, so one engine block "
+                          "holds several windows of a sequence (0 = ids in write order)",
+                          min=0, max=255),
     }
 
     def __init__(self, store=None, options=None, meta_size: int = META_SIZE):
@@ -298,6 +302,7 @@ class SegmentRadixStrategy(TombstoneOverlay):
             raise ConfigError(f"option meta_size: {meta_size!r} must be an integer >= 1")
         self.S = self.opts["S"]
         self.layer = SegmentLayer(store, segment_blocks=self.S, meta_size=meta_size)
+        self.id_runs = self.opts["id_runs"] if self.opts["id_runs"] > 1 else 0
         fraction = float(self.opts.get("cap_fraction", 0.0))
         if not math.isfinite(fraction):
             raise ConfigError(f"option cap_fraction: {fraction!r} must be a number in (0, 1]")
@@ -427,14 +432,18 @@ class SegmentRadixStrategy(TombstoneOverlay):
         ws = d - d % S
         we = min(ws + S, n)
         writes = []
+        now = not self.id_runs                      # ids now, else placed below
         if d > ws:
-            first_seg, is_new = self.layer.extend_or_copy(seg, q[ws:we], m[ws:we], d - ws)
+            first_seg, is_new = self.layer.extend_or_copy(seg, q[ws:we], m[ws:we], d - ws,
+                                                          assign_id=now)
         else:
-            first_seg, is_new = self.layer.new_segment(ws, q[ws:we], m[ws:we]), True
+            first_seg, is_new = self.layer.new_segment(ws, q[ws:we], m[ws:we], now), True
         writes.append(first_seg)
         for s in range(we, n, S):
             e = min(s + S, n)
-            writes.append(self.layer.new_segment(s, q[s:e], m[s:e]))
+            writes.append(self.layer.new_segment(s, q[s:e], m[s:e], now))
+        if not now:
+            self._place_ids(writes, is_new, plan, ws)
         self.layer.write_many(writes)
         self._segments += len(writes) - (0 if is_new else 1)
         self._segment_blocks += int(sum(len(w.ids) for w in writes)) - (0 if is_new else d - ws)
@@ -465,6 +474,24 @@ class SegmentRadixStrategy(TombstoneOverlay):
             e = w.start + len(w.ids)
             parent = self._attach(parent, _Node(int(q[w.start]), int(q[e - 1]), w.seg_id,
                                                 w.start, e - w.start))
+
+    def _place_ids(self, writes: list, is_new: bool, plan: list, ws: int) -> None:
+        """Ids for the new segments of one insert, each right after the segment of its
+        sequence's previous window where its run allows (:meth:`SegmentLayer.new_ids_after`):
+        the first new one follows the window before ``ws`` the walk reached (or the
+        segment extended in place), each later one the new one before it.  Recovery
+        replays the insert log, so ids need not keep write order."""
+        fresh = writes if is_new else writes[1:]
+        if not fresh:
+            return
+        if is_new:
+            prev = next((sid for w, _hi, sid in plan if w == ws - self.S), 0) if ws else 0
+        else:
+            prev = writes[0].seg_id
+        after = [prev] + [-(j + 1) for j in range(len(fresh) - 1)]
+        ids, _continued = self.layer.new_ids_after(after, self.id_runs)
+        for w, i in zip(fresh, ids):
+            w.seg_id = i
 
     def _attach(self, parent: _Node, child: _Node) -> _Node:
         cid = self._nodes.add(child)
@@ -580,6 +607,8 @@ class SegmentRadixStrategy(TombstoneOverlay):
             "matches": mt,
             "store_reads_per_match": self._match_reads / mt if mt else 0.0,
             "spill_reads_per_match": self._match_spill_reads / mt if mt else 0.0,
+            "id_runs": self.id_runs, "ids_continued": self.layer.ids_continued,
+            "id_runs_opened": self.layer.id_runs_opened,
         }
 
 
@@ -594,6 +623,7 @@ class CappedSegmentRadixStrategy(SegmentRadixStrategy):
         "cap_fraction": Option(0.0, "in-memory budget as a fraction of the tree's nodes, "
                                "max(1, ceil(f * nodes)) as it grows; overrides cap_nodes "
                                "(0: cap_nodes applies)", min=0.0, max=1.0),
+        "id_runs": SegmentRadixStrategy.options["id_runs"],
     }
 
 

@@ -107,11 +107,13 @@ def never_more_and_same_metadata(name, got, want, step):
 # ----------------------------------------------------------------------------- properties
 @pytest.mark.parametrize("engine", ENGINE_NAMES)
 @PROPS
-@given(ops=branching_sessions(), S=st.sampled_from([1, 2, 4, 8]), cap=st.integers(1, 3))
-def test_segment_radix_plain_and_capped_equal_the_oracle(engine, ops, S, cap):
+@given(ops=branching_sessions(), S=st.sampled_from([1, 2, 4, 8]), cap=st.integers(1, 3),
+       runs=st.sampled_from([0, 3]))
+def test_segment_radix_plain_and_capped_equal_the_oracle(engine, ops, S, cap, runs):
     with Stores(engine) as stores:
-        plain = SegmentRadixStrategy(stores.open(), {"S": S})
-        capped = CappedSegmentRadixStrategy(stores.open(), {"S": S, "cap_nodes": cap})
+        plain = SegmentRadixStrategy(stores.open(), {"S": S, "id_runs": runs})
+        capped = CappedSegmentRadixStrategy(stores.open(), {"S": S, "cap_nodes": cap,
+                                                            "id_runs": runs})
         oracle = run_against_oracle(ops, {"plain": plain, "capped": capped}, same_answer)
         entries = oracle.stats()["entries"]
         for s in (plain, capped):
@@ -287,6 +289,41 @@ def test_segment_radix_reads_one_segment_per_window_and_shares_segments():
     assert np.array_equal(m.metas[:12], metas_of(a, 1)[:12])
     assert np.array_equal(m.metas[12:], metas_of(b, 2)[12:13])
     assert s.stats()["memory_bytes"] > 0 and s.stats()["store_reads_per_match"] == 2
+
+
+@pytest.mark.parametrize("runs", [4, 0])
+def test_segment_radix_gives_a_growing_conversation_consecutive_ids(runs):
+    """With id runs each new window of a conversation takes the id after its previous
+    window's segment (another conversation's turns in between), so one engine block
+    holds several of its windows; a branch opens a run of its own."""
+    store = MemoryStore()
+    s = CappedSegmentRadixStrategy(store, {"S": 4, "cap_nodes": 2, "id_runs": runs})
+    a, b = list(range(1, 31)), list(range(1001, 1031))
+    for n in (6, 10, 15, 22):                          # turns of two conversations, interleaved
+        for conv in (a, b):
+            ids = ids_of(conv[:n])
+            s.insert(ids, metas_of(ids, n))
+
+    def windows(conv):
+        x = ids_of(conv)
+        where = {(seg.start, int(seg.ids[0])): k for k, v in
+                 store.scan(1, 1 << 56) for seg in [decode_segment(v, MS)]}
+        return [where[(w, int(x[w]))] for w in range(0, len(x), 4)]
+    wa, wb = windows(a[:22]), windows(b[:22])
+    runs_of = [wa == list(range(wa[0], wa[0] + 6)), wb == list(range(wb[0], wb[0] + 6))]
+    if not runs:
+        assert runs_of == [False, False]
+        return
+    # runs of 4 ids: windows 0-3 in one run, 4-5 in the next, of each conversation
+    assert wa[:4] == list(range(wa[0], wa[0] + 4)) and wa[4:] == [wa[4], wa[4] + 1]
+    assert wb[:4] == list(range(wb[0], wb[0] + 4)) and wb[4:] == [wb[4], wb[4] + 1]
+    fork = a[:9] + [77] * 10                            # diverges inside window 2
+    ids = ids_of(fork)
+    s.insert(ids, metas_of(ids, 99))
+    wf = windows(fork)
+    assert wf[:2] == wa[:2] and wf[2] % 4 == 0 and wf[2] > max(wa + wb)
+    assert wf[2:] == [wf[2], wf[2] + 1, wf[2] + 2]
+    assert s.match(ids).n_blocks == len(ids) and s.stats()["id_runs"] == 4
 
 
 def test_segment_radix_capped_spills_to_key_space_2_and_reads_back():
@@ -471,7 +508,7 @@ def test_defaults_and_registration():
     assert all(cls.needs_store for cls in got.values())
     assert SegmentRadixStrategy.exact and not SegmentHashStrategy.exact
     assert SegmentHashStrategy(MemoryStore()).opts == {"S": 64}
-    assert SegmentRadixStrategy(MemoryStore()).opts == {"S": 64, "cap_nodes": 0}
+    assert SegmentRadixStrategy(MemoryStore()).opts == {"S": 64, "cap_nodes": 0, "id_runs": 0}
     assert CappedSegmentRadixStrategy(MemoryStore()).opts["cap_nodes"] >= 1
     from prefixbench.registry import get_registry
     names = set(get_registry().names("strategy"))
@@ -635,8 +672,10 @@ class _Crash(Exception):
 @settings(max_examples=60, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(ops=branching_sessions(max_seqs=10), S=st.sampled_from([1, 2, 4]),
-       cap=st.integers(1, 4), snap_every=st.integers(1, 6), data=st.data())
-def test_recovered_capped_tree_answers_like_the_oracle(engine, ops, S, cap, snap_every, data):
+       cap=st.integers(1, 4), snap_every=st.integers(1, 6), runs=st.sampled_from([0, 4]),
+       data=st.data())
+def test_recovered_capped_tree_answers_like_the_oracle(engine, ops, S, cap, snap_every, runs,
+                                                       data):
     """Snapshots every few inserts, the spill space changing in between, then a
     recovery: the recovered tree answers exactly like the oracle of every insert,
     and keeps doing so for inserts after it."""
@@ -646,7 +685,7 @@ def test_recovered_capped_tree_answers_like_the_oracle(engine, ops, S, cap, snap
     try:
         with Stores(engine) as stores:
             store = stores.open()
-            opts = {"S": S, "cap_nodes": cap}
+            opts = {"S": S, "cap_nodes": cap, "id_runs": runs}
             s = CappedSegmentRadixStrategy(store, opts)
             s.enable_log(d, sync=False)
             inserts = [ids_of(t) for kind, t in ops if kind == "insert"]
