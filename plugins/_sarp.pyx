@@ -28,7 +28,8 @@ from libc.stdlib cimport calloc, free, malloc, realloc, qsort
 from libc.string cimport memmove, memcpy
 
 __all__ = ["LIVE", "NONE", "PENDING", "RoutingDirectory", "filters", "first_batch",
-           "max_potential", "overlay_cut", "overlay_revive", "record_ids", "settle"]
+           "match_run", "max_potential", "overlay_cut", "overlay_revive", "record_ids",
+           "settle"]
 
 cnp.import_array()
 
@@ -212,8 +213,15 @@ def settle(tuple route, qw, uint64_t ws, Py_ssize_t budget, bint filtering, bint
     """Best verified record for one query window: as the reference's ``settle`` (its
     doc has the rules), with the verification and the candidate bookkeeping in C."""
     cdef cnp.ndarray qa = as_ids(qw)
-    cdef const uint64_t* q = <const uint64_t*>cnp.PyArray_DATA(qa)
-    cdef Py_ssize_t qlen = cnp.PyArray_DIM(qa, 0)
+    return _settle(route, <const uint64_t*>cnp.PyArray_DATA(qa), cnp.PyArray_DIM(qa, 0), ws,
+                   budget, filtering, sequential, S, meta_size, known, first, read,
+                   count_corrupt, verify_phase)
+
+
+cdef tuple _settle(tuple route, const uint64_t* q, Py_ssize_t qlen, uint64_t ws,
+                   Py_ssize_t budget, bint filtering, bint sequential, Py_ssize_t S,
+                   Py_ssize_t meta_size, dict known, first, read, count_corrupt, verify_phase):
+    """:func:`settle` of the ``qlen`` query ids at ``q``."""
     if not filtering:
         budget = 0
     cdef Py_ssize_t j = route[0]
@@ -1070,9 +1078,15 @@ cdef class RoutingDirectory:
         # called once per routed window: typed memoryviews would cost more than the routing
         cdef cnp.ndarray qa = as_ids(qw)
         cdef cnp.ndarray pda = as_carray(probe_desc, cnp.NPY_INT64, 1, "probe offsets")
-        cdef const uint64_t* q = <const uint64_t*>cnp.PyArray_DATA(qa)
-        cdef const int64_t* pd = <const int64_t*>cnp.PyArray_DATA(pda)
-        cdef Py_ssize_t qlen = cnp.PyArray_DIM(qa, 0), npd = cnp.PyArray_DIM(pda, 0), i, nk = 0
+        return self._route(<const uint64_t*>cnp.PyArray_DATA(qa), cnp.PyArray_DIM(qa, 0),
+                           <const int64_t*>cnp.PyArray_DATA(pda), cnp.PyArray_DIM(pda, 0),
+                           nfields, stride, bits, filtering, limit)
+
+    cdef object _route(self, const uint64_t* q, Py_ssize_t qlen, const int64_t* pd,
+                       Py_ssize_t npd, int nfields, int stride, int bits, bint filtering,
+                       Py_ssize_t limit):
+        """:meth:`route` of ``qlen`` ids at ``q`` (the match loop calls it per window)."""
+        cdef Py_ssize_t i, nk = 0
         cdef uint64_t kbuf[256]
         cdef uint64_t fbuf[256]
         cdef int64_t obuf[256]
@@ -1346,3 +1360,165 @@ cdef class RoutingDirectory:
 
     def __len__(self):
         return self.n_ent
+
+
+# ----------------------------------------------------------------------------- a whole match
+cdef tuple _route_at(RoutingDirectory rd, d, cnp.ndarray qa, Py_ssize_t w, Py_ssize_t qlen,
+                     probe_desc, const int64_t* pd, Py_ssize_t npd, int nfields, int stride,
+                     int bits, bint filtering, Py_ssize_t limit):
+    if rd is not None:
+        return rd._route(<const uint64_t*>cnp.PyArray_DATA(qa) + w, qlen, pd, npd, nfields,
+                         stride, bits, filtering, limit)
+    return d.route(qa[w:w + qlen], probe_desc, nfields, stride, bits, filtering, limit)
+
+
+cdef inline tuple _route_timed(RoutingDirectory rd, d, cnp.ndarray qa, Py_ssize_t w,
+                               Py_ssize_t qlen, probe_desc, const int64_t* pd, Py_ssize_t npd,
+                               int nfields, int stride, int bits, bint filtering,
+                               Py_ssize_t limit, routing_phase):
+    """The window at ``w``'s route: the directory's C routing when ``rd`` is one, else
+    its ``route`` method (a wrapped directory)."""
+    if routing_phase is None:
+        return _route_at(rd, d, qa, w, qlen, probe_desc, pd, npd, nfields, stride, bits,
+                         filtering, limit)
+    routing_phase.__enter__()
+    try:
+        return _route_at(rd, d, qa, w, qlen, probe_desc, pd, npd, nfields, stride, bits,
+                         filtering, limit)
+    finally:
+        routing_phase.__exit__(None, None, None)
+
+
+cdef inline Py_ssize_t _first_of(tuple route, Py_ssize_t budget, bint filtering,
+                                 bint sequential) except -1:
+    cdef cnp.ndarray pots = <cnp.ndarray>route[2]
+    return _first_count(route[0], cnp.PyArray_DIM(pots, 0),
+                        <const int64_t*>cnp.PyArray_DATA(pots), route[4], budget, filtering,
+                        sequential)
+
+
+cdef int _copy_metas(object raw, Py_ssize_t v, Py_ssize_t meta_size, uint8_t* out) except -1:
+    """The first ``v`` metadata rows of a record ``_seg_verify`` accepted, into ``out``."""
+    cdef bytes b = raw if type(raw) is bytes else bytes(raw)
+    cdef const uint8_t* p = <const uint8_t*>PyBytes_AS_STRING(b)
+    cdef uint32_t cnt
+    if len(b) < HEADER:
+        raise ValueError("record shorter than its header")
+    memcpy(&cnt, p + 8, 4)
+    if len(b) != HEADER + <Py_ssize_t>cnt * (8 + meta_size) or v > cnt:
+        raise ValueError("record length does not match its block count")
+    memcpy(out, p + HEADER + <Py_ssize_t>cnt * 8, v * meta_size)
+    return 0
+
+
+def match_run(d, qobj, Py_ssize_t S, Py_ssize_t budget, Py_ssize_t k,
+              bint filtering, bint sequential, Py_ssize_t meta_size, probe_desc, int nfields,
+              int stride, int bits, read, count_corrupt, routing_phase, verify_phase):
+    """A whole match: as the reference's ``match_run`` (its doc has the rules), with
+    the routing, the settling and the metadata copy of every window in C."""
+    cdef cnp.ndarray qa = as_ids(qobj)
+    cdef cnp.ndarray pda = as_carray(probe_desc, cnp.NPY_INT64, 1, "probe offsets")
+    cdef const uint64_t* q = <const uint64_t*>cnp.PyArray_DATA(qa)
+    cdef const int64_t* pd = <const int64_t*>cnp.PyArray_DATA(pda)
+    cdef Py_ssize_t n = cnp.PyArray_DIM(qa, 0), npd = cnp.PyArray_DIM(pda, 0)
+    cdef Py_ssize_t limit = budget if filtering else 0
+    cdef RoutingDirectory rd = d if type(d) is RoutingDirectory else None
+    cdef Py_ssize_t pos = 0, w, t, u, nplan, total, lo, v, m
+    cdef Py_ssize_t windows = 0, uses = 0, before = 0, after = 0, retrieved = 0, extra = 0
+    cdef Py_ssize_t spec = 0, wasted = 0, trips = 0
+    cdef uint64_t last_id = 0, full_id = 0
+    cdef Py_ssize_t sizes[64]
+    cdef bint batched, done = False
+    cdef list routes
+    cdef tuple route, res
+    cdef dict raws_by_window = {}
+    cdef cnp.npy_intp dims[2]
+    cdef cnp.npy_intp nids
+    cdef cnp.ndarray ids, c
+    cdef uint64_t* ip
+    if not 1 <= k <= 64:
+        raise ValueError("match_run: k must be in 1..64")
+    dims[0] = n
+    dims[1] = meta_size
+    cdef cnp.ndarray out = cnp.PyArray_EMPTY(2, dims, cnp.NPY_UINT8, 0)
+    cdef uint8_t* op = <uint8_t*>cnp.PyArray_DATA(out)
+    allraws = None
+    while pos < n and not done:
+        batched = k > 1 and n - pos > S
+        if batched:
+            # route up to k windows now (their keys and filters come from q alone),
+            # fetch every window's first group in one read, verify in order
+            routes = []
+            w = pos
+            while w < n and w < pos + k * S:
+                route = _route_timed(rd, d, qa, w, S if n - w > S else n - w, probe_desc, pd,
+                                     npd, nfields, stride, bits, filtering, limit,
+                                     routing_phase)
+                routes.append(route)
+                if route[0] < 0:
+                    break       # no entry: the match cannot pass this window
+                w += S
+            nplan = len(routes)
+            total = 0
+            for t in range(nplan):
+                sizes[t] = _first_of(routes[t], budget, filtering, sequential)
+                total += sizes[t]
+            if total:
+                nids = total
+                ids = cnp.PyArray_EMPTY(1, &nids, cnp.NPY_UINT64, 0)
+                ip = <uint64_t*>cnp.PyArray_DATA(ids)
+                lo = 0
+                for t in range(nplan):
+                    if sizes[t]:
+                        c = <cnp.ndarray>(<tuple>routes[t])[1]
+                        memcpy(ip + lo, cnp.PyArray_DATA(c), sizes[t] * sizeof(uint64_t))
+                        lo += sizes[t]
+                allraws = read(ids)
+                if len(allraws) != total:
+                    raise ValueError("match_run: one record per candidate read")
+                trips += 1
+            spec += total - sizes[0]
+        else:
+            route = _route_timed(rd, d, qa, pos, S if n - pos > S else n - pos, probe_desc,
+                                 pd, npd, nfields, stride, bits, filtering, limit,
+                                 routing_phase)
+            routes = [route]
+            nplan = 1
+        lo = 0
+        for t in range(nplan):
+            route = <tuple>routes[t]
+            first = None
+            if batched:
+                m = sizes[t]
+                if m:
+                    first = allraws[lo:lo + m]
+                lo += m
+            windows += 1
+            res = _settle(route, q + pos, S if n - pos > S else n - pos, pos, budget,
+                          filtering, sequential, S, meta_size, None, first, read,
+                          count_corrupt, verify_phase)
+            v = res[0]
+            info = res[2]
+            if res[3] and v < S:
+                raws_by_window[pos] = res[3]    # the window an insert will route again
+            if info is not None:
+                uses += 1
+                before += info[0]
+                after += info[1]
+                retrieved += info[2]
+                extra += info[3] - 1
+                trips += info[3] - (first is not None)
+            if v:
+                _copy_metas(res[1][0], v, meta_size, op + pos * meta_size)
+                last_id = res[1][1]
+                if v == S:
+                    full_id = last_id
+                pos += v
+            if v < S or pos >= n:
+                if batched:
+                    for u in range(t + 1, nplan):
+                        wasted += sizes[u]
+                done = True
+                break
+    return (pos, out[:pos], last_id, full_id, raws_by_window,
+            (windows, uses, before, after, retrieved, extra, spec, wasted, trips))

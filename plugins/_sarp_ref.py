@@ -17,7 +17,8 @@ import numpy as np
 from prefixbench.plugins import _segments_ref
 
 __all__ = ["LIVE", "NONE", "PENDING", "RoutingDirectory", "filters", "first_batch",
-           "max_potential", "overlay_cut", "overlay_revive", "record_ids", "settle"]
+           "match_run", "max_potential", "overlay_cut", "overlay_revive", "record_ids",
+           "settle"]
 
 #: states of an entry's pending child points (rematerialization, refinement)
 NONE, PENDING, LIVE = 0, 1, 2
@@ -185,6 +186,92 @@ def settle(route, qw, ws: int, budget: int, filtering: bool, sequential: bool, S
         batch = cands[i:i + m]
     best = (best_raw, best_id) if best_raw is not None else None
     return best_v, best, (nb, na, got, batches), seen
+
+
+def match_run(d, q, S: int, budget: int, k: int, filtering: bool, sequential: bool,
+              meta_size: int, probe_desc, nfields: int, stride: int, bits: int, read,
+              count_corrupt, routing_phase, verify_phase):
+    """A whole match of the query ``q`` (uint64 ids) window by window from the first:
+    route the window (``d.route``), :func:`settle` it, take the first ``v`` metadata
+    rows of the record it verified, and go on while whole windows verify.
+
+    With ``k`` > 1, while more than one window is left, up to ``k`` windows are routed
+    at once (their keys and filters come from ``q`` alone; routing stops after a
+    window without a visible entry) and the first group of every one of them
+    (:func:`first_batch`) is fetched in one ``read``, then settled in order; the
+    groups of windows after the one that ended the match are wasted speculative
+    reads.  ``routing_phase`` / ``verify_phase``: contexts timing routing and
+    verification, or None.  Returns ``(pos, metas, last_id, full_id,
+    raws_by_window, counts)``: the matched blocks, their metadata (``pos`` rows),
+    the segment the last verified block came from, the last segment verified whole,
+    ``{window start: records in hand}`` of a window that verified short, and
+    ``(windows, entry uses, candidates before and after filtering, retrieved, extra
+    batches, speculative reads, wasted ones, round trips)``."""
+    timed = routing_phase if routing_phase is not None else contextlib.nullcontext()
+    q = np.ascontiguousarray(q, dtype=np.uint64)
+    if not 1 <= k <= 64:
+        raise ValueError("match_run: k must be in 1..64")
+    n = len(q)
+    limit = budget if filtering else 0
+
+    def route_at(w):
+        with timed:
+            return d.route(q[w:w + S], probe_desc, nfields, stride, bits, filtering, limit)
+
+    pos = windows = uses = before = after = retrieved = extra = spec = wasted = trips = 0
+    last_id = full_id = 0
+    parts, raws_by_window = [], {}
+    done = False
+    while pos < n and not done:
+        batched = k > 1 and n - pos > S
+        if batched:
+            routes = []
+            for w in range(pos, min(n, pos + k * S), S):
+                routes.append(route_at(w))
+                if routes[-1][0] < 0:
+                    break
+            firsts = [first_batch(r, budget, filtering, sequential) for r in routes]
+            sizes = [len(f) for f in firsts]
+            allraws = []
+            if sum(sizes):
+                allraws = read(np.concatenate(firsts))
+                if len(allraws) != sum(sizes):
+                    raise ValueError("match_run: one record per candidate read")
+                trips += 1
+            spec += sum(sizes[1:])
+            plan, lo = [], 0
+            for r, m in zip(routes, sizes):
+                plan.append((r, allraws[lo:lo + m] if m else None))
+                lo += m
+        else:
+            plan, sizes = [(route_at(pos), None)], [0]
+        for t, (route, first) in enumerate(plan):
+            windows += 1
+            v, best, info, seen = settle(route, q[pos:pos + S], pos, budget, filtering,
+                                         sequential, S, meta_size, None, first, read,
+                                         count_corrupt, verify_phase)
+            if seen and v < S:
+                raws_by_window[pos] = seen
+            if info is not None:
+                uses += 1
+                before += info[0]
+                after += info[1]
+                retrieved += info[2]
+                extra += info[3] - 1
+                trips += info[3] - (first is not None)
+            if v:
+                parts.append(_segments_ref.metas_prefix(bytes(best[0]), v, meta_size))
+                last_id = best[1]
+                if v == S:
+                    full_id = last_id
+                pos += v
+            if v < S or pos >= n:
+                wasted += sum(sizes[t + 1:])
+                done = True
+                break
+    metas = np.concatenate(parts) if parts else np.empty((0, meta_size), np.uint8)
+    return (pos, metas.reshape(pos, meta_size), last_id, full_id, raws_by_window,
+            (windows, uses, before, after, retrieved, extra, spec, wasted, trips))
 
 
 _MAX_SEG = 0xFFFFFFFF

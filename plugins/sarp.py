@@ -249,7 +249,9 @@ removes and the inserts made once the overlay is in use; the snapshot
 carries both tables beside the directory.
 
 Hot paths are compiled (:mod:`prefixbench.plugins._sarp`: filters, the
-match-potential search, the directory; :mod:`prefixbench.plugins._segments`:
+match-potential search, the directory, and a whole match - routing, settling
+and copying the metadata of every window in one call, ``match_run``;
+:mod:`prefixbench.plugins._segments`:
 record checks and block-ID verification); ``directory="python"`` runs the
 same strategy on their pure-Python references (``_sarp_ref``, ``_segments_ref``),
 which the tests hold equal.
@@ -555,7 +557,7 @@ class SarpStrategy(TombstoneOverlay):
         self._filters = hot.filters
         self._record_ids = hot.record_ids
         self._settle_window = hot.settle
-        self._first = hot.first_batch
+        self._match_run = hot.match_run
         self.geo = _Geometry(S, R, self.refinement)
         self._insert_lock = threading.RLock()
         self._timed_lock = phases.TimedLock(self._insert_lock)
@@ -632,17 +634,13 @@ class SarpStrategy(TombstoneOverlay):
             return self.dir.plan(qw[offs], qf, offs, qlen, self.N, self.stride, self.bits,
                                  self.filtering, budget)
 
-    def _first_batch(self, route, budget: int):
-        """The candidates a window reads first (``first_batch`` of the hot module)."""
-        return self._first(route, budget, self.filtering, self.sequential)
-
     def _settle(self, qw: np.ndarray, ws: int, route, budget: int, known=None, first=None):
         """Best verified segment for the query window ``qw`` (starting at ``ws``):
         ``settle`` of the hot module over this strategy's store.
 
         ``known``: ``{segment id: raw}`` already read for this window (verified
-        here, never read again); ``first``: the raw records of
-        :meth:`_first_batch`, already fetched.  Returns ``(v, best, info, seen)``
+        here, never read again); ``first``: the raw records of the window's
+        ``first_batch``, already fetched.  Returns ``(v, best, info, seen)``
         with ``v`` the verified shared prefix length, ``best`` the ``(raw, segment
         id)`` that shares it (None when nothing verified; decoded only by the
         caller that needs the whole segment), ``info = (n_before,
@@ -662,12 +660,6 @@ class SarpStrategy(TombstoneOverlay):
                 return self.layer.verified(raw)
             return self.layer.decode(seg_id, raw)
 
-    def _metas(self, raw, seg_id: int, v: int) -> np.ndarray:
-        """The first ``v`` metadata rows of a record verification accepted (a view;
-        the match copies what it returns)."""
-        if self._compiled:
-            return self.layer.verified_metas(raw, v)
-        return self.layer.decode(seg_id, raw).metas[:v]
 
     def _route(self, qw: np.ndarray, ws: int, budget: int, known=None):
         """:meth:`_candidates` then :meth:`_settle` for one window."""
@@ -676,62 +668,16 @@ class SarpStrategy(TombstoneOverlay):
     # ------------------------------------------------------------------ match
     def match(self, block_ids: np.ndarray) -> Match:
         q = as_block_ids(block_ids)
-        S, n = self.S, len(q)
+        S = self.S
         version, epoch = self._version, self._reclaim_epoch
-        parts, pos = [], 0
-        windows = uses = before = after = retrieved = extra = 0
-        spec = wasted = trips = 0
-        raws_by_window: dict[int, dict] = {}
-        full_id = 0
-        budget, k = self.budget, self.batch_windows
-        while pos < n:
-            if k > 1 and n - pos > S:
-                # route up to k windows now (their keys and filters come from q alone),
-                # fetch every window's first group in one get_many, verify in order
-                routes = []
-                for w in range(pos, min(n, pos + k * S), S):
-                    r = self._candidates(q[w:w + S], budget)
-                    routes.append(r)
-                    if r[0] < 0:
-                        break       # no entry: the match cannot pass this window
-                firsts = [self._first_batch(r, budget) for r in routes]
-                sizes = [len(f) for f in firsts]
-                allraws = self.layer.read_raw_many(np.concatenate(firsts)) if sum(sizes) else []
-                trips += 1 if sum(sizes) else 0
-                spec += sum(sizes[1:])
-                plan = []
-                lo = 0
-                for r, f, m in zip(routes, firsts, sizes):
-                    plan.append((r, allraws[lo:lo + m] if m else None))
-                    lo += m
-            else:
-                plan = [(self._candidates(q[pos:pos + S], budget), None)]
-            done = False
-            for t, (route, first) in enumerate(plan):
-                qw = q[pos:pos + S]
-                windows += 1
-                v, best, info, seen = self._settle(qw, pos, route, budget, None, first)
-                if seen and v < S:
-                    raws_by_window[pos] = seen      # the window an insert will route again
-                if info is not None:
-                    uses += 1
-                    before += info[0]
-                    after += info[1]
-                    retrieved += info[2]
-                    extra += info[3] - 1
-                    trips += info[3] - (first is not None)
-                if v:
-                    parts.append(self._metas(best[0], best[1], v))
-                    last_id = best[1]
-                    if v == S:
-                        full_id = last_id
-                    pos += v
-                if v < S or pos >= n:
-                    wasted += sum(len(self._first_batch(r, budget)) for r, _f in plan[t + 1:])
-                    done = True
-                    break
-            if done:
-                break
+        on = phases._ON
+        pos, metas, last_id, full_id, raws_by_window, counts = self._match_run(
+            self.dir, q, S, self.budget, self.batch_windows, self.filtering, self.sequential,
+            self.meta_size, self.geo.probe_desc, self.N, self.stride, self.bits,
+            self.layer.read_raw_many, self.layer.count_corrupt,
+            phases.phase(phases.ROUTING) if on else None,
+            phases.phase(phases.VERIFY) if on else None)
+        windows, uses, before, after, retrieved, extra, spec, wasted, trips = counts
         with self._stat_lock:
             c = self._c
             c["matches"] += 1
@@ -754,11 +700,10 @@ class SarpStrategy(TombstoneOverlay):
             full_id = old.full_id
         else:
             key = 0
-        best = (pos - pos % S, int(last_id)) if parts and pos % S else None
+        best = (pos - pos % S, int(last_id)) if pos and pos % S else None
         self._tl.memo = _Memo(full, key, version, raws_by_window, best, epoch, int(full_id))
-        if not parts:
+        if not pos:
             return Match.empty(self.meta_size)
-        metas = np.concatenate(parts) if len(parts) > 1 else parts[0].copy()
         return Match(pos, metas)
 
     # ------------------------------------------------------------------ insert

@@ -358,12 +358,6 @@ class SegmentLayer:
         return Segment(*_segments.views(raw if isinstance(raw, bytes) else bytes(raw),
                                         self.meta_size))
 
-    def verified_metas(self, raw, v: int) -> np.ndarray:
-        """A view of the first ``v`` metadata rows of a record :func:`verify_raws`
-        accepted (what a match returns from it; no Segment is built)."""
-        return _segments.metas_prefix(raw if isinstance(raw, bytes) else bytes(raw), v,
-                                      self.meta_size)
-
     def read_many(self, seg_ids) -> list[Segment | None]:
         """Segments for ``seg_ids`` in order, with ONE ``store.get_many`` call."""
         ids = seg_ids.tolist() if isinstance(seg_ids, np.ndarray) else [int(i) for i in seg_ids]
