@@ -590,6 +590,8 @@ class Row:
     load_requests: int = 0
     #: seconds the store took to settle after the load (its flushes and compactions)
     settle_seconds: float = 0.0
+    #: the values in effect of the strategy's options marked beyond its paper
+    beyond_paper: dict = field(default_factory=dict)
 
     @property
     def stats(self) -> dict:
@@ -972,6 +974,7 @@ def run_setting(cfg: SweepConfig, setting: Setting, workload, cache_bytes: int, 
                   block_tokens=workload.block_size)
     oracle = make_oracle(built.strategy.meta_size)
     settle = 0.0
+    beyond = beyond_paper_options(built.strategy)
     try:
         engine_cache = built.store.config.cache_bytes if built.store is not None else None
         if not load_requests and not threaded:
@@ -997,7 +1000,15 @@ def run_setting(cfg: SweepConfig, setting: Setting, workload, cache_bytes: int, 
         oracle.close()
         built.close()
     return Row(setting, res, indexed, engine_cache, threads=threads, repeat=repeat,
-               load_requests=load_requests, settle_seconds=settle)
+               load_requests=load_requests, settle_seconds=settle, beyond_paper=beyond)
+
+
+def beyond_paper_options(strategy) -> dict:
+    """``{option: value in effect}`` of the strategy's options marked ``beyond_paper``,
+    which a comparison prints even at their defaults."""
+    spec = getattr(type(strategy), "options", {}) or {}
+    opts = getattr(strategy, "opts", {}) or {}
+    return {k: opts[k] for k, o in spec.items() if getattr(o, "beyond_paper", False) and k in opts}
 
 
 def _paper_workload_options(cfg: SweepConfig, fraction: float) -> dict:
@@ -1234,7 +1245,7 @@ def _suites(res: SweepResult) -> tuple[list, list]:
         s = r.setting
         label = setting_name(r)
         config = {**cfg.describe(), "setting": s.label, "strategy_options": s.options,
-                  "cache_bytes": r.engine_cache_bytes}
+                  "beyond_paper_options": r.beyond_paper, "cache_bytes": r.engine_cache_bytes}
         md = pyperf_io.run_metadata(s.strategy, cfg.engine if r.engine_cache_bytes is not None
                                     else None, cfg.workload, config)
         md.update({"sweep": cfg.kind, "setting": s.label, **shared})

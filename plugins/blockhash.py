@@ -188,7 +188,7 @@ class SsdBlockHashStrategy(IndexStrategy):
                                "(valid because every insert writes a whole prefix in one "
                                "atomic batch, so the stored blocks of a chain are a prefix; "
                                "once a block was removed, inserts probe in a batch)",
-                               choices=("batch", "bisect")),
+                               choices=("batch", "bisect"), beyond_paper=True),
     }
 
     def __init__(self, store=None, options=None, meta_size: int = META_SIZE):

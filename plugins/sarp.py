@@ -488,18 +488,18 @@ class SarpStrategy(TombstoneOverlay):
                                   "in one get_many", choices=("sequential", "group")),
         "batch_windows": Option(8, "windows whose first candidates one match fetches in one "
                                 "get_many (1 = the paper's one window per round trip)",
-                                min=1, max=64),
-        "id_runs": Option(0, "beyond the paper: a new segment takes the id right after "
+                                min=1, max=64, beyond_paper=True),
+        "id_runs": Option(0, "a new segment takes the id right after "
                           "the segment of the previous window, in runs of this many "
                           "ids, so one engine block holds several windows of a sequence "
-                          "(0 = ids in publish order)", min=0, max=255),
+                          "(0 = ids in publish order)", min=0, max=255, beyond_paper=True),
         "insert_reuse": Option(True, "insert starts from the records its match read "
-                               "instead of reading them again"),
+                               "instead of reading them again", beyond_paper=True),
         "insert_lock": Option("publish", "what the insert lock covers: publish = only writing "
                               "and registering (plans run unlocked, re-planned under the lock "
                               "when another insert published a segment of the same prefix "
                               "meanwhile), whole = the whole insert",
-                              choices=("publish", "whole")),
+                              choices=("publish", "whole"), beyond_paper=True),
         "segment_tokens": Option(0, "segment size in tokens, rounded to whole blocks "
                                  "(0 = use S)", min=0, max=1 << 30),
         "interval_tokens": Option(0, "routing interval in tokens, rounded to whole blocks; "

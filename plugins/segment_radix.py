@@ -293,7 +293,7 @@ class SegmentRadixStrategy(TombstoneOverlay):
         "id_runs": Option(0, "a new segment takes the id right after the segment of the "
                           "previous window, in runs of this many ids, so one engine block "
                           "holds several windows of a sequence (0 = ids in write order)",
-                          min=0, max=255),
+                          min=0, max=255, beyond_paper=True),
     }
 
     def __init__(self, store=None, options=None, meta_size: int = META_SIZE):

@@ -124,13 +124,17 @@ class Match:
 
 @dataclass(frozen=True)
 class Option:
-    """One configurable strategy parameter with its default and valid range."""
+    """One configurable strategy parameter with its default and valid range.
+
+    ``beyond_paper``: a choice the strategy's paper does not make; a comparison
+    prints its value even when it is the default, so a reader sees it."""
 
     default: object
     help: str = ""
     min: float | None = None
     max: float | None = None
     choices: tuple | None = None
+    beyond_paper: bool = False
 
     def parse(self, name: str, value):
         kind = type(self.default)

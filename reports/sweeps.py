@@ -308,11 +308,23 @@ def format_strategies(res) -> str:
 
 
 def _options_text(md: dict) -> str:
+    """The options a setting was given, then the values in effect of its options
+    beyond the paper that it was not given (defaults a reader would not see)."""
     try:
-        opts = json.loads(md.get("config", "{}")).get("strategy_options") or {}
+        config = json.loads(md.get("config", "{}"))
+        opts = config.get("strategy_options") or {}
+        beyond = config.get("beyond_paper_options") or {}
     except (TypeError, ValueError, AttributeError):
-        opts = {}
-    return ", ".join(f"{k}={v}" for k, v in opts.items()) or "(defaults)"
+        opts, beyond = {}, {}
+    text = ", ".join(f"{k}={v}" for k, v in opts.items()) or "(defaults)"
+    rest = {k: v for k, v in beyond.items() if k not in opts}
+    if rest:
+        text += "; beyond the paper: " + ", ".join(f"{k}={_value(v)}" for k, v in rest.items())
+    return text
+
+
+def _value(v) -> str:
+    return str(v).lower() if isinstance(v, bool) else str(v)
 
 
 def strategies_notes(res) -> list:

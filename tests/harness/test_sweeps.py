@@ -161,6 +161,14 @@ def test_strategies_fixed_cache_and_custom_list(run_cli):
     assert code == 0, err
     assert "ssd-blockhash's logical store" not in stdout     # no sizing replay
     assert "3.0 MiB" in stdout and "segment-hash ÷ it" in stdout
+    # the options table shows what each strategy was given, then the values in effect
+    # of its options beyond the paper, defaults included
+    opts = stdout[stdout.index("options of each strategy"):].splitlines()
+    sarp_line = next(ln for ln in opts if ln.startswith("sarp "))
+    assert "tau=8" in sarp_line and "beyond the paper: batch_windows=8, id_runs=" in sarp_line
+    assert "insert_reuse=true" in sarp_line
+    hash_line = next(ln for ln in opts if ln.startswith("segment-hash "))
+    assert "S=32" in hash_line and "beyond the paper" not in hash_line
     cfg = sweeps.make_config("strategies", workload="ultrachat", workload_options=TINY,
                              strategies="segment-hash,sarp", cache_bytes="3MiB",
                              strategy_options={"segment-hash:S": "32", "tau": "8"})
