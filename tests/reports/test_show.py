@@ -156,8 +156,8 @@ def test_sweep_strategies_cap_rule_line(tmp_path, capsys, monkeypatch):
                             "-e", "lmdb", "--strategies", "sarp,segment-radix-capped",
                             "-o", str(out)], out)
     assert shown.splitlines()[0].startswith("cap rule: fraction 0.25 (12 of 48 nodes)")
-    assert ["segment-radix-capped", "cap_fraction=0.25;", "beyond", "the", "paper:", "id_runs=0"] in [ln.split() for ln in
-                                                              shown.splitlines()]
+    assert ["segment-radix-capped", "cap_fraction=0.25;", "beyond", "the", "paper:",
+            "id_runs=0"] in [ln.split() for ln in shown.splitlines()]
 
 
 def test_sweep_capacity(tmp_path, capsys):
