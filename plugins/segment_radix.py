@@ -290,7 +290,7 @@ class SegmentRadixStrategy(TombstoneOverlay):
         "S": Option(64, "blocks per segment (windows aligned at multiples of S)", min=1, max=4096),
         "cap_nodes": Option(0, "tree nodes kept in memory; the rest spill to the engine "
                             "(0: no cap)", min=0, max=1 << 40),
-        "id_runs": Option(0, "a new segment takes the id right after the segment of the "
+        "id_runs": Option(64, "a new segment takes the id right after the segment of the "
                           "previous window, in runs of this many ids, so one engine block "
                           "holds several windows of a sequence (0 = ids in write order)",
                           min=0, max=255, beyond_paper=True),

@@ -508,7 +508,7 @@ def test_defaults_and_registration():
     assert all(cls.needs_store for cls in got.values())
     assert SegmentRadixStrategy.exact and not SegmentHashStrategy.exact
     assert SegmentHashStrategy(MemoryStore()).opts == {"S": 64}
-    assert SegmentRadixStrategy(MemoryStore()).opts == {"S": 64, "cap_nodes": 0, "id_runs": 0}
+    assert SegmentRadixStrategy(MemoryStore()).opts == {"S": 64, "cap_nodes": 0, "id_runs": 64}
     assert CappedSegmentRadixStrategy(MemoryStore()).opts["cap_nodes"] >= 1
     from prefixbench.registry import get_registry
     names = set(get_registry().names("strategy"))

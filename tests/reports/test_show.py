@@ -128,8 +128,8 @@ def test_sweep_strategies_notes_threads_and_breakdown(tmp_path, capsys):
                             "--strategies", "sarp,dram-blockhash", "--threads", "1,2",
                             "--breakdown", "-o", str(out)], out)
     rows = [ln.split() for ln in shown.splitlines()]
-    assert ["sarp", "backfill=sync;", "beyond", "the", "paper:", "batch_windows=8,",
-            "id_runs=0,", "insert_lock=publish,", "insert_reuse=true"] in rows
+    assert ["sarp", "backfill=sync;", "beyond", "the", "paper:", "batch_windows=64,",
+            "id_runs=64,", "insert_lock=publish,", "insert_reuse=true"] in rows
     assert ["dram-blockhash", "(defaults)"] in rows
     for needle in ("options of each strategy", "request threads side by side",
                    "the paper ran 42 request threads", "serial frac @2", "Amdahl bound @2",
@@ -157,7 +157,7 @@ def test_sweep_strategies_cap_rule_line(tmp_path, capsys, monkeypatch):
                             "-o", str(out)], out)
     assert shown.splitlines()[0].startswith("cap rule: fraction 0.25 (12 of 48 nodes)")
     assert ["segment-radix-capped", "cap_fraction=0.25;", "beyond", "the", "paper:",
-            "id_runs=0"] in [ln.split() for ln in shown.splitlines()]
+            "id_runs=64"] in [ln.split() for ln in shown.splitlines()]
 
 
 def test_sweep_capacity(tmp_path, capsys):
