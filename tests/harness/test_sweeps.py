@@ -355,6 +355,8 @@ def test_paper_scale_loads_then_times_the_last_requests(small_paper, monkeypatch
     assert "scale paper: the full paper size of codeact" in table
     assert "load phase" in table and "the last 100 timed" in table
     assert "at --scale paper" in table
+    # the load's bulk path routes nothing: Table 4 says its counts are the run phase's
+    assert "candidates counted over the run phase's 100 matches" in table
     assert res.span_share is not None and "spans with > 3 alternatives" in table
     _times, counts = res.suites()
     md = counts[0].get_metadata()
