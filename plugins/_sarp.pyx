@@ -1448,16 +1448,23 @@ def match_run(d, qobj, Py_ssize_t S, Py_ssize_t budget, Py_ssize_t k,
         if batched:
             # route up to k windows now (their keys and filters come from q alone),
             # fetch every window's first group in one read, verify in order
+            # (one routing phase for the whole batch: a clock switch per window would
+            # be about 5% of a long match's latency)
             routes = []
             w = pos
-            while w < n and w < pos + k * S:
-                route = _route_timed(rd, d, qa, w, S if n - w > S else n - w, probe_desc, pd,
-                                     npd, nfields, stride, bits, filtering, limit,
-                                     routing_phase)
-                routes.append(route)
-                if route[0] < 0:
-                    break       # no entry: the match cannot pass this window
-                w += S
+            if routing_phase is not None:
+                routing_phase.__enter__()
+            try:
+                while w < n and w < pos + k * S:
+                    route = _route_timed(rd, d, qa, w, S if n - w > S else n - w, probe_desc,
+                                         pd, npd, nfields, stride, bits, filtering, limit, None)
+                    routes.append(route)
+                    if route[0] < 0:
+                        break       # no entry: the match cannot pass this window
+                    w += S
+            finally:
+                if routing_phase is not None:
+                    routing_phase.__exit__(None, None, None)
             nplan = len(routes)
             total = 0
             for t in range(nplan):

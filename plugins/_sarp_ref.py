@@ -215,8 +215,7 @@ def match_run(d, q, S: int, budget: int, k: int, filtering: bool, sequential: bo
     limit = budget if filtering else 0
 
     def route_at(w):
-        with timed:
-            return d.route(q[w:w + S], probe_desc, nfields, stride, bits, filtering, limit)
+        return d.route(q[w:w + S], probe_desc, nfields, stride, bits, filtering, limit)
 
     pos = windows = uses = before = after = retrieved = extra = spec = wasted = trips = 0
     last_id = full_id = 0
@@ -226,10 +225,11 @@ def match_run(d, q, S: int, budget: int, k: int, filtering: bool, sequential: bo
         batched = k > 1 and n - pos > S
         if batched:
             routes = []
-            for w in range(pos, min(n, pos + k * S), S):
-                routes.append(route_at(w))
-                if routes[-1][0] < 0:
-                    break
+            with timed:     # one routing phase for the batch, not one per window
+                for w in range(pos, min(n, pos + k * S), S):
+                    routes.append(route_at(w))
+                    if routes[-1][0] < 0:
+                        break
             firsts = [first_batch(r, budget, filtering, sequential) for r in routes]
             sizes = [len(f) for f in firsts]
             allraws = []
@@ -244,7 +244,8 @@ def match_run(d, q, S: int, budget: int, k: int, filtering: bool, sequential: bo
                 plan.append((r, allraws[lo:lo + m] if m else None))
                 lo += m
         else:
-            plan, sizes = [(route_at(pos), None)], [0]
+            with timed:
+                plan, sizes = [(route_at(pos), None)], [0]
         for t, (route, first) in enumerate(plan):
             windows += 1
             v, best, info, seen = settle(route, q[pos:pos + S], pos, budget, filtering,

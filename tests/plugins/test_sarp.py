@@ -533,6 +533,25 @@ def test_phase_clocks_see_routing_verification_and_the_insert_lock():
         phases.reset()
 
 
+def test_a_batched_match_routes_its_windows_in_one_clock_phase():
+    """The clock's own cost stays small on long matches: the windows a batch routes
+    together are one routing phase, so a match switches phases about once per window
+    (its verification), not twice."""
+    from prefixbench import phases
+    s = SarpStrategy(MemoryStore(), dict(SMALL, batch_windows=8), meta_size=MS)
+    ids = ids_of(list(range(64)))                    # 8 whole windows of 8 blocks
+    s.insert(ids, metas_of(ids, 1))
+    phases.enable()
+    try:
+        phases.reset()
+        assert s.match(ids).n_blocks == 64
+        assert phases.totals().get(phases.ROUTING, 0) > 0
+        assert phases.switches() <= 8 + 3            # 8 verifications, 1 routing, reads
+    finally:
+        phases.enable(False)
+        phases.reset()
+
+
 # ----------------------------------------------------------------------------- hot paths
 @pytest.mark.compiled
 @settings(max_examples=200, deadline=None)
