@@ -1372,23 +1372,6 @@ cdef tuple _route_at(RoutingDirectory rd, d, cnp.ndarray qa, Py_ssize_t w, Py_ss
     return d.route(qa[w:w + qlen], probe_desc, nfields, stride, bits, filtering, limit)
 
 
-cdef inline tuple _route_timed(RoutingDirectory rd, d, cnp.ndarray qa, Py_ssize_t w,
-                               Py_ssize_t qlen, probe_desc, const int64_t* pd, Py_ssize_t npd,
-                               int nfields, int stride, int bits, bint filtering,
-                               Py_ssize_t limit, routing_phase):
-    """The window at ``w``'s route: the directory's C routing when ``rd`` is one, else
-    its ``route`` method (a wrapped directory)."""
-    if routing_phase is None:
-        return _route_at(rd, d, qa, w, qlen, probe_desc, pd, npd, nfields, stride, bits,
-                         filtering, limit)
-    routing_phase.__enter__()
-    try:
-        return _route_at(rd, d, qa, w, qlen, probe_desc, pd, npd, nfields, stride, bits,
-                         filtering, limit)
-    finally:
-        routing_phase.__exit__(None, None, None)
-
-
 cdef inline Py_ssize_t _first_of(tuple route, Py_ssize_t budget, bint filtering,
                                  bint sequential) except -1:
     cdef cnp.ndarray pots = <cnp.ndarray>route[2]
@@ -1401,13 +1384,7 @@ cdef int _copy_metas(object raw, Py_ssize_t v, Py_ssize_t meta_size, uint8_t* ou
     """The first ``v`` metadata rows of a record ``_seg_verify`` accepted, into ``out``."""
     cdef bytes b = raw if type(raw) is bytes else bytes(raw)
     cdef const uint8_t* p = <const uint8_t*>PyBytes_AS_STRING(b)
-    cdef uint32_t cnt
-    if len(b) < HEADER:
-        raise ValueError("record shorter than its header")
-    memcpy(&cnt, p + 8, 4)
-    if len(b) != HEADER + <Py_ssize_t>cnt * (8 + meta_size) or v > cnt:
-        raise ValueError("record length does not match its block count")
-    memcpy(out, p + HEADER + <Py_ssize_t>cnt * 8, v * meta_size)
+    memcpy(out, p + _seg_metas_at(p, len(b), v, meta_size), v * meta_size)
     return 0
 
 
@@ -1445,27 +1422,27 @@ def match_run(d, qobj, Py_ssize_t S, Py_ssize_t budget, Py_ssize_t k,
     allraws = None
     while pos < n and not done:
         batched = k > 1 and n - pos > S
-        if batched:
-            # route up to k windows now (their keys and filters come from q alone),
-            # fetch every window's first group in one read, verify in order
-            # (one routing phase for the whole batch: a clock switch per window would
-            # be about 5% of a long match's latency)
-            routes = []
-            w = pos
+        # route the window at pos, or up to k windows when batched (their keys and
+        # filters come from q alone), in one routing phase: a clock switch per window
+        # would be about 5% of a long match's latency
+        routes = []
+        w = pos
+        if routing_phase is not None:
+            routing_phase.__enter__()
+        try:
+            while True:
+                route = _route_at(rd, d, qa, w, S if n - w > S else n - w, probe_desc, pd,
+                                  npd, nfields, stride, bits, filtering, limit)
+                routes.append(route)
+                w += S
+                if not batched or route[0] < 0 or w >= n or w >= pos + k * S:
+                    break       # (no entry: the match cannot pass this window)
+        finally:
             if routing_phase is not None:
-                routing_phase.__enter__()
-            try:
-                while w < n and w < pos + k * S:
-                    route = _route_timed(rd, d, qa, w, S if n - w > S else n - w, probe_desc,
-                                         pd, npd, nfields, stride, bits, filtering, limit, None)
-                    routes.append(route)
-                    if route[0] < 0:
-                        break       # no entry: the match cannot pass this window
-                    w += S
-            finally:
-                if routing_phase is not None:
-                    routing_phase.__exit__(None, None, None)
-            nplan = len(routes)
+                routing_phase.__exit__(None, None, None)
+        nplan = len(routes)
+        if batched:
+            # fetch every window's first group in one read, verify in order
             total = 0
             for t in range(nplan):
                 sizes[t] = _first_of(routes[t], budget, filtering, sequential)
@@ -1485,12 +1462,6 @@ def match_run(d, qobj, Py_ssize_t S, Py_ssize_t budget, Py_ssize_t k,
                     raise ValueError("match_run: one record per candidate read")
                 trips += 1
             spec += total - sizes[0]
-        else:
-            route = _route_timed(rd, d, qa, pos, S if n - pos > S else n - pos, probe_desc,
-                                 pd, npd, nfields, stride, bits, filtering, limit,
-                                 routing_phase)
-            routes = [route]
-            nplan = 1
         lo = 0
         for t in range(nplan):
             route = <tuple>routes[t]

@@ -223,13 +223,13 @@ def match_run(d, q, S: int, budget: int, k: int, filtering: bool, sequential: bo
     done = False
     while pos < n and not done:
         batched = k > 1 and n - pos > S
+        routes = []
+        with timed:     # one routing phase for the plan's windows, not one per window
+            for w in range(pos, min(n, pos + k * S) if batched else pos + 1, S):
+                routes.append(route_at(w))
+                if routes[-1][0] < 0:
+                    break
         if batched:
-            routes = []
-            with timed:     # one routing phase for the batch, not one per window
-                for w in range(pos, min(n, pos + k * S), S):
-                    routes.append(route_at(w))
-                    if routes[-1][0] < 0:
-                        break
             firsts = [first_batch(r, budget, filtering, sequential) for r in routes]
             sizes = [len(f) for f in firsts]
             allraws = []
@@ -244,8 +244,7 @@ def match_run(d, q, S: int, budget: int, k: int, filtering: bool, sequential: bo
                 plan.append((r, allraws[lo:lo + m] if m else None))
                 lo += m
         else:
-            with timed:
-                plan, sizes = [(route_at(pos), None)], [0]
+            plan, sizes = [(routes[0], None)], [0]
         for t, (route, first) in enumerate(plan):
             windows += 1
             v, best, info, seen = settle(route, q[pos:pos + S], pos, budget, filtering,

@@ -63,6 +63,21 @@ cdef inline void _seg_write(uint8_t* p, uint64_t seg_id, uint64_t start,
     memcpy(p + CK_OFF, &h, 8)
 
 
+cdef inline Py_ssize_t _seg_metas_at(const uint8_t* p, Py_ssize_t n, Py_ssize_t v,
+                                     Py_ssize_t meta_size) except -1:
+    """Offset of the metadata rows of the ``n``-byte record at ``p``, checking that
+    its length matches its block count and that it holds ``v`` blocks."""
+    cdef uint32_t cnt
+    if n < HEADER:
+        raise ValueError("record shorter than its header")
+    memcpy(&cnt, p + 8, 4)
+    if n != HEADER + <Py_ssize_t>cnt * (8 + meta_size):
+        raise ValueError("record length does not match its block count")
+    if not 0 <= v <= cnt:
+        raise ValueError(f"metas_prefix: {v} blocks of a record of {cnt}")
+    return HEADER + <Py_ssize_t>cnt * 8
+
+
 cdef inline Py_ssize_t _seg_prefix(const uint8_t* a, Py_ssize_t na,
                                    const uint64_t* b, Py_ssize_t nb) noexcept nogil:
     """Leading positions where a record's (unaligned) ids and ``b`` agree."""

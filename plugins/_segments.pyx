@@ -239,13 +239,6 @@ def views(bytes raw, Py_ssize_t meta_size):
 def metas_prefix(bytes raw, Py_ssize_t v, Py_ssize_t meta_size):
     """A read-only view of the first ``v`` blocks' metadata of a record
     :func:`verify_raws` accepted (what a match returns from it), without the ids."""
-    cdef Py_ssize_t n = len(raw)
-    cdef uint32_t cnt
-    if n < HEADER:
-        raise ValueError("record shorter than its header")
-    memcpy(&cnt, PyBytes_AS_STRING(raw) + 8, 4)
-    if n != HEADER + <Py_ssize_t>cnt * (8 + meta_size):
-        raise ValueError("record length does not match its block count")
-    if not 0 <= v <= cnt:
-        raise ValueError(f"metas_prefix: {v} blocks of a record of {cnt}")
-    return _ndarray((v, meta_size), _U8, raw, HEADER + cnt * 8)
+    cdef Py_ssize_t at = _seg_metas_at(<const uint8_t*>PyBytes_AS_STRING(raw), len(raw), v,
+                                       meta_size)
+    return _ndarray((v, meta_size), _U8, raw, at)

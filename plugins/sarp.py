@@ -675,7 +675,6 @@ class SarpStrategy(TombstoneOverlay):
                 return self.layer.verified(raw)
             return self.layer.decode(seg_id, raw)
 
-
     def _route(self, qw: np.ndarray, ws: int, budget: int, known=None):
         """:meth:`_candidates` then :meth:`_settle` for one window."""
         return self._settle(qw, ws, self._candidates(qw, budget), budget, known)
