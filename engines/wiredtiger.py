@@ -15,6 +15,10 @@ durable.  A checkpoint runs every ``checkpoint_wait`` seconds (default 60)
 and on :meth:`sync` and close.
 
 ``cache_size`` is ``cache_bytes`` clamped to WiredTiger's minimum of 1 MiB.
+A write that waits ``cache_max_wait_ms`` for room in the cache fails with a
+:class:`StoreError` instead of waiting on: when the device fills, eviction
+can stop for good (its page writes fail and WiredTiger panics its eviction
+threads), and a commit left waiting for eviction would never return.
 ``direct_io`` opens data and checkpoint files with O_DIRECT.
 :meth:`size_on_disk` counts every file in the directory except the log
 files (``WiredTigerLog.*``, ``WiredTigerPreplog.*``, ``WiredTigerTmplog.*``):
@@ -59,6 +63,8 @@ OPTIONS = {
     "session_max": EngineOption(1024, "concurrent sessions"),
     "log_file_max": EngineOption(100 << 20, "bytes per log file (made and preallocated "
                                             "on open)"),
+    "cache_max_wait_ms": EngineOption(10_000, "ms a write may wait for room in the cache "
+                                              "before it fails (0: forever)"),
 }
 
 
@@ -85,10 +91,12 @@ class WiredTigerStore(SegmentStore):
         session_max = int_option(opts, "session_max", OPTIONS["session_max"].default, 16)
         log_max = int_option(opts, "log_file_max", OPTIONS["log_file_max"].default, 100 << 10,
                              size=True)
+        self.cache_max_wait_ms = int_option(opts, "cache_max_wait_ms",
+                                            OPTIONS["cache_max_wait_ms"].default, 0)
         self.cache_size = max(config.cache_bytes, _MIN_CACHE)
         self.path = prepare_store_dir(config.path, config.create, self.name, "WiredTiger")
         parts = [f"cache_size={self.cache_size}", f"session_max={session_max}",
-                 f"checkpoint=(wait={wait})"]
+                 f"checkpoint=(wait={wait})", f"cache_max_wait_ms={self.cache_max_wait_ms}"]
         if config.create:
             parts.append("create")
         if config.durability == "off":
@@ -218,12 +226,20 @@ class WiredTigerStore(SegmentStore):
                 session.commit_transaction()
                 return
             except rollback as e:
-                # a conflict with another thread's write (retry), or a batch
-                # too big for the cache, "rolled back for eviction" (give up)
+                # a conflict with another thread's write (retry); a batch too
+                # big for the cache, "rolled back for eviction" (give up); or
+                # "cache overflow": cache_max_wait_ms passed without room (give up)
                 reason = session.get_rollback_reason() or str(e)
                 cur.reset()
                 if not committing:       # WT rolls back a failed commit itself
                     session.rollback_transaction()
+                if "cache overflow" in reason:
+                    raise StoreError(
+                        f"wiredtiger store path {self.path}: a write waited over "
+                        f"{self.cache_max_wait_ms} ms for room in the "
+                        f"{self.cache_size >> 20} MiB cache and gave up ({reason}); "
+                        f"is the device full? otherwise raise cache_bytes or the "
+                        f"cache_max_wait_ms option") from None
                 if "eviction" in reason:
                     evicted += 1
                     if evicted == 3:

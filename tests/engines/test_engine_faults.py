@@ -223,6 +223,7 @@ def close_quietly(s):
         pass                        # closing a store that hit a full device may fail too
 
 
+@pytest.mark.timeout(300)
 @pytest.mark.parametrize("name", C_ENGINES)
 def test_enospc_loses_no_acknowledged_batch(small_fs, capsys, name):
     mnt, grow = small_fs

@@ -322,6 +322,76 @@ def test_wiredtiger_batch_larger_than_the_cache_is_a_clear_error(tmp_path):
         assert s.get(3) == b"still usable"
 
 
+
+@pytest.mark.timeout(120)
+def test_wiredtiger_write_waiting_for_cache_room_returns(tmp_path):
+    """A commit that waits for eviction no longer waits forever: another session's
+    uncommitted batch fills the 1 MiB cache, so eviction can free nothing."""
+    pytest.importorskip("wiredtiger")
+    with WiredTigerStore(StoreConfig(path=str(tmp_path / "s"), durability="off",
+                                     cache_bytes=1 << 20,
+                                     options={"cache_max_wait_ms": 50})) as s:
+        other = s._conn.open_session()
+        cur = other.open_cursor("table:segments", None, None)
+        other.begin_transaction()
+        for k in range(200):                # ~800 KB held uncommitted
+            cur.set_key(1_000_000 + k)
+            cur.set_value(os.urandom(4000))
+            cur.insert()
+        for k in range(3):
+            s.put(k, b"v%d" % k)
+        other.rollback_transaction()
+        other.close()
+        assert s.get_many(range(3)) == [b"v0", b"v1", b"v2"]
+
+
+class _OverflowingSession:
+    """A WiredTiger session whose commits roll back for cache overflow, as
+    ``cache_max_wait_ms`` makes them when eviction cannot free room."""
+
+    def __init__(self, rollback_error):
+        self.error, self.commits = rollback_error, 0
+
+    def begin_transaction(self):
+        pass
+
+    def commit_transaction(self):
+        self.commits += 1
+        raise self.error("WT_ROLLBACK: conflict between concurrent operations")
+
+    def rollback_transaction(self):
+        pass
+
+    def get_rollback_reason(self):
+        return "transaction rolled back because of cache overflow"
+
+
+def test_wiredtiger_cache_overflow_is_one_clear_error_without_retries(tmp_path):
+    pytest.importorskip("wiredtiger")
+    with WiredTigerStore(StoreConfig(path=str(tmp_path / "s"))) as s:
+        s.put(1, b"kept")
+        session, cursor = s._state()
+        fake = _OverflowingSession(s._wt.WiredTigerRollbackError)
+        s._tls.session = fake
+        try:
+            with pytest.raises(StoreError) as e:
+                s.put(2, b"lost")
+        finally:
+            s._tls.session = session
+        assert fake.commits == 1
+        msg = str(e.value)
+        assert "\n" not in msg and str(tmp_path / "s") in msg
+        assert "10000 ms" in msg and "cache_max_wait_ms" in msg
+        assert s.get(1) == b"kept"
+
+
+def test_wiredtiger_cache_max_wait_ms_rejects_a_negative_value(tmp_path):
+    pytest.importorskip("wiredtiger")
+    with pytest.raises(ConfigError, match="option cache_max_wait_ms: -1 must be an integer >= 0"):
+        WiredTigerStore(StoreConfig(path=str(tmp_path / "s"),
+                                    options={"cache_max_wait_ms": -1}))
+    assert not (tmp_path / "s").exists()
+
 # ----- dependencies ----------------------------------------------------------
 
 @pytest.mark.parametrize("cls, module, hint", [
