@@ -15,10 +15,11 @@ durable.  A checkpoint runs every ``checkpoint_wait`` seconds (default 60)
 and on :meth:`sync` and close.
 
 ``cache_size`` is ``cache_bytes`` clamped to WiredTiger's minimum of 1 MiB.
-A write that waits ``cache_max_wait_ms`` for room in the cache fails with a
-:class:`StoreError` instead of waiting on: when the device fills, eviction
-can stop for good (its page writes fail and WiredTiger panics its eviction
-threads), and a commit left waiting for eviction would never return.
+No write waits longer than ``cache_max_wait_ms`` for room in the cache: when
+the device fills, eviction can stop for good (its page writes fail and
+WiredTiger panics its eviction threads), and a write left waiting for it
+would never return.  A batch still in its transaction then fails with a
+:class:`StoreError` and stores nothing; one already committed returns.
 ``direct_io`` opens data and checkpoint files with O_DIRECT.
 :meth:`size_on_disk` counts every file in the directory except the log
 files (``WiredTigerLog.*``, ``WiredTigerPreplog.*``, ``WiredTigerTmplog.*``):
@@ -64,7 +65,7 @@ OPTIONS = {
     "log_file_max": EngineOption(100 << 20, "bytes per log file (made and preallocated "
                                             "on open)"),
     "cache_max_wait_ms": EngineOption(10_000, "ms a write may wait for room in the cache "
-                                              "before it fails (0: forever)"),
+                                              "(0: forever)"),
 }
 
 

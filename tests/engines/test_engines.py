@@ -12,7 +12,7 @@ from prefixbench.engines.conformance import EngineConformance, EngineFixtures, R
 from prefixbench.engines.lmdb import LmdbStore
 from prefixbench.engines.memory import MemoryStore
 from prefixbench.engines.rocksdb import RocksDBStore
-from prefixbench.engines.wiredtiger import WiredTigerStore
+from prefixbench.engines.wiredtiger import URI, WiredTigerStore
 from prefixbench.errors import ConfigError, MissingDependencyError, StoreError
 
 
@@ -322,7 +322,6 @@ def test_wiredtiger_batch_larger_than_the_cache_is_a_clear_error(tmp_path):
         assert s.get(3) == b"still usable"
 
 
-
 @pytest.mark.timeout(120)
 def test_wiredtiger_write_waiting_for_cache_room_returns(tmp_path):
     """A commit that waits for eviction no longer waits forever: another session's
@@ -332,7 +331,7 @@ def test_wiredtiger_write_waiting_for_cache_room_returns(tmp_path):
                                      cache_bytes=1 << 20,
                                      options={"cache_max_wait_ms": 50})) as s:
         other = s._conn.open_session()
-        cur = other.open_cursor("table:segments", None, None)
+        cur = other.open_cursor(URI, None, None)
         other.begin_transaction()
         for k in range(200):                # ~800 KB held uncommitted
             cur.set_key(1_000_000 + k)
@@ -357,7 +356,7 @@ class _OverflowingSession:
 
     def commit_transaction(self):
         self.commits += 1
-        raise self.error("WT_ROLLBACK: conflict between concurrent operations")
+        raise self.error("WT_ROLLBACK")
 
     def rollback_transaction(self):
         pass
@@ -370,7 +369,7 @@ def test_wiredtiger_cache_overflow_is_one_clear_error_without_retries(tmp_path):
     pytest.importorskip("wiredtiger")
     with WiredTigerStore(StoreConfig(path=str(tmp_path / "s"))) as s:
         s.put(1, b"kept")
-        session, cursor = s._state()
+        session = s._state()[0]
         fake = _OverflowingSession(s._wt.WiredTigerRollbackError)
         s._tls.session = fake
         try:
@@ -391,6 +390,7 @@ def test_wiredtiger_cache_max_wait_ms_rejects_a_negative_value(tmp_path):
         WiredTigerStore(StoreConfig(path=str(tmp_path / "s"),
                                     options={"cache_max_wait_ms": -1}))
     assert not (tmp_path / "s").exists()
+
 
 # ----- dependencies ----------------------------------------------------------
 
