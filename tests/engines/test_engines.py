@@ -330,6 +330,12 @@ def test_wiredtiger_write_waiting_for_cache_room_returns(tmp_path):
     with WiredTigerStore(StoreConfig(path=str(tmp_path / "s"), durability="off",
                                      cache_bytes=1 << 20,
                                      options={"cache_max_wait_ms": 50})) as s:
+        with open(os.path.join(s.path, "WiredTiger.basecfg")) as f:
+            assert "cache_max_wait_ms=50\n" in f.read()   # the option reached wiredtiger_open
+        # The filler may wait as long as it needs (0: forever), so that on a slow
+        # machine it is not itself rolled back for cache overflow; the store's
+        # own writes below wait at most the 50 ms it was opened with.
+        s._conn.reconfigure("cache_max_wait_ms=0")
         other = s._conn.open_session()
         cur = other.open_cursor(URI, None, None)
         other.begin_transaction()
@@ -337,6 +343,7 @@ def test_wiredtiger_write_waiting_for_cache_room_returns(tmp_path):
             cur.set_key(1_000_000 + k)
             cur.set_value(os.urandom(4000))
             cur.insert()
+        s._conn.reconfigure(f"cache_max_wait_ms={s.cache_max_wait_ms}")
         for k in range(3):
             s.put(k, b"v%d" % k)
         other.rollback_transaction()
