@@ -94,6 +94,21 @@ with its radix shadow about 80 B and 16-24 us per block (3.1 GB and 11
 minutes at 39.7M), so the full size would need some 36-50 GB for describe
 (this machine has 23 GB) and about 45 minutes for sarp: 1/4 is the largest
 power-of-two fraction measured for both.
+
+Table 4's *after filtering* column (candidates tied at the best filter
+potential L*) is not calibrated: 1.84 on codeact (paper 31.1) and 1.01 on
+lmcache-agent (paper 1.66) at the default sizes, as low at the paper's sizes.
+Counted per routing entry a match uses (sarp, memory engine, seed 0): on
+codeact, 60% of uses reach an entry with more than three candidates (99 on
+average); 1,053 of these 1,202 uses are at block 48 of the window, where the
+profile's alternatives branch; in 83% of the 1,202 the best candidate's
+potential runs to the window's end (the query continues one stored
+alternative through the window), and only 6% have every candidate tied.  The
+paper's 31.1 of 59.3 says that on its data about half the candidate mass sits
+in uses where the query leaves every alternative right after the routing
+point, as a new alternative does.  Fitting that would need a model of where
+real queries sit among alternatives, which the paper does not describe; the
+profiles are calibrated to the span share and the before-filtering figure.
 """
 from __future__ import annotations
 
