@@ -106,7 +106,10 @@ class Result:
         return out
 
     def threads(self) -> list:
-        return sorted({r.threads for r in self.readings})
+        """Request-thread counts the settings ran at (readings outside every setting,
+        such as a sweep's sizing replay, only when nothing else ran)."""
+        ran = {r.threads for r in self.readings if r.setting is not None}
+        return sorted(ran or {r.threads for r in self.readings})
 
     def get(self, name: str, setting=None, threads: int | None = None):
         return schema.read(self.readings, name, setting, threads)

@@ -491,6 +491,18 @@ def test_repeats_and_threads_side_by_side():
         "threads"] == 2
 
 
+def test_strategies_at_one_thread_count_above_one_print_their_table(run_cli):
+    """The sizing replay's readings (one thread) do not count as a thread count the
+    strategies ran at: --threads 2 alone renders the strategies table at 2."""
+    code, out, err = run_cli("--quiet", "sweep", "strategies", "-w", "codeact", "-e", "memory",
+                             "-W", "sessions=10", "--strategies", "sarp,radix",
+                             "--threads", "2")
+    assert code == 0, err
+    rows = [line.split() for line in out.splitlines()]
+    assert ["sarp", "radix"] == [r[0] for r in rows if r and r[0] in ("sarp", "radix")][:2]
+    assert "request threads 2" in out
+
+
 def test_karp_flatt():
     from prefixbench.reports.show import amdahl_text, karp_flatt
     assert karp_flatt(1.6, 2) == pytest.approx(0.25)
