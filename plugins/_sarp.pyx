@@ -27,7 +27,8 @@ from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc, realloc, qsort
 from libc.string cimport memmove, memcpy
 
-__all__ = ["LIVE", "NONE", "PENDING", "RoutingDirectory", "filters", "first_batch",
+__all__ = ["LIVE", "NONE", "PENDING", "RoutingDirectory", "child_postings", "filters",
+           "first_batch",
            "match_run", "max_potential", "overlay_cut", "overlay_revive", "record_ids",
            "settle"]
 
@@ -374,6 +375,67 @@ def max_potential(filters_sorted, uint64_t qf, int nfields, int stride, int bits
 
 
 # ----------------------------------------------------------------------------- records
+def child_postings(list raws, seg_ids, uint64_t key, Py_ssize_t off, Py_ssize_t child,
+                   int nfields, int stride, int bits, Py_ssize_t S, Py_ssize_t meta_size):
+    """A back-fill job's postings, from the raw records of its parent entry's segments
+    (``raws[i]`` read under ``seg_ids[i]``; None: absent): for each sound record with
+    more than ``child`` blocks whose block at ``off`` is ``key``, in record order, the
+    block id at ``child`` (the child's routing key), the filter of the region from
+    ``child`` and the segment id.  Returns ``(keys, filters, seg_ids, unsound)``,
+    ``unsound`` the indexes of records that fail any check (magic, version, meta
+    size, their own key, a start aligned to ``S``, at most ``S`` blocks, length,
+    checksum)."""
+    cdef const uint64_t[::1] k = np.ascontiguousarray(seg_ids, dtype=np.uint64)
+    cdef Py_ssize_t n = len(raws), i, ln, m = 0
+    if k.shape[0] != n:
+        raise ValueError("child_postings: one segment id per record")
+    if off < 0 or child < 0:
+        raise ValueError("child_postings: negative block offset")
+    keys = np.empty(n, dtype=np.uint64)
+    flts = np.empty(n, dtype=np.uint64)
+    sids = np.empty(n, dtype=np.uint64)
+    cdef uint64_t[::1] kv = keys
+    cdef uint64_t[::1] fv = flts
+    cdef uint64_t[::1] sv = sids
+    cdef uint64_t* buf = <uint64_t*>malloc((S if S > 0 else 1) * sizeof(uint64_t))
+    if buf == NULL:
+        raise MemoryError()
+    cdef const uint8_t* p
+    cdef uint32_t cnt
+    cdef uint64_t start, at
+    cdef bytes b
+    unsound = []
+    try:
+        for i in range(n):
+            r = raws[i]
+            if r is None:
+                continue
+            b = r if type(r) is bytes else bytes(r)
+            p = <const uint8_t*>PyBytes_AS_STRING(b)
+            ln = len(b)
+            if _seg_verify(p, ln, k[i], S, meta_size, 0, NULL, 0) < 0:
+                unsound.append(i)
+                continue
+            memcpy(&start, p + 24, 8)
+            if start % <uint64_t>S:
+                unsound.append(i)
+                continue
+            memcpy(&cnt, p + 8, 4)
+            if cnt <= child or cnt <= off:
+                continue
+            memcpy(&at, p + HEADER + 8 * off, 8)
+            if at != key:
+                continue
+            memcpy(buf, p + HEADER, <size_t>cnt * 8)
+            kv[m] = buf[child]
+            fv[m] = _filter(buf, cnt, child, nfields, stride, bits)
+            sv[m] = k[i]
+            m += 1
+    finally:
+        free(buf)
+    return keys[:m], flts[:m], sids[:m], unsound
+
+
 def record_ids(list raws, keys, Py_ssize_t S, Py_ssize_t meta_size):
     """Reclamation's scan of raw segment records (``raws[i]`` read under ``keys[i]``):
     ``(counts, ids)`` - per record its block count, 0 unless it is sound (magic,

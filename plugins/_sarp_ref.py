@@ -16,7 +16,8 @@ import numpy as np
 
 from prefixbench.plugins import _segments_ref
 
-__all__ = ["LIVE", "NONE", "PENDING", "RoutingDirectory", "filters", "first_batch",
+__all__ = ["LIVE", "NONE", "PENDING", "RoutingDirectory", "child_postings", "filters",
+           "first_batch",
            "match_run", "max_potential", "overlay_cut", "overlay_revive", "record_ids",
            "settle"]
 
@@ -276,6 +277,32 @@ def match_run(d, q, S: int, budget: int, k: int, filtering: bool, sequential: bo
 
 _MAX_SEG = 0xFFFFFFFF
 _ENTRY_BYTES, _POSTING_BYTES, _SLOT_BYTES = 32, 12, 4     # the compiled layout's sizes
+
+
+def child_postings(raws, seg_ids, key: int, off: int, child: int, nfields: int, stride: int,
+                   bits: int, S: int, meta_size: int):
+    seg_ids = np.asarray(seg_ids, np.uint64).tolist()
+    if len(seg_ids) != len(raws):
+        raise ValueError("child_postings: one segment id per record")
+    if off < 0 or child < 0:
+        raise ValueError("child_postings: negative block offset")
+    keys, flts, sids, unsound = [], [], [], []
+    for i, (raw, sid) in enumerate(zip(raws, seg_ids)):
+        if raw is None:
+            continue
+        got = _segments_ref.decode(raw, meta_size)
+        if isinstance(got, str) or got[0] != sid or got[1] % S or len(got[2]) > S:
+            unsound.append(i)
+            continue
+        ids = np.asarray(got[2], np.uint64)
+        n = len(ids)
+        if n <= child or n <= off or int(ids[off]) != key:
+            continue
+        keys.append(int(ids[child]))
+        flts.append(int(filters(ids, n, [child], nfields, stride, bits)[0]))
+        sids.append(sid)
+    return (np.array(keys, np.uint64), np.array(flts, np.uint64), np.array(sids, np.uint64),
+            unsound)
 
 
 def record_ids(raws, keys, S: int, meta_size: int):

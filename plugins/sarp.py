@@ -308,6 +308,8 @@ RECLAIM_KEY_SPACE = 5
 _RECLAIM_BASE = RECLAIM_KEY_SPACE << 56
 #: a background-queue job: one reclamation pass
 _RECLAIM_JOB = ("reclaim",)
+#: a back-fill job's result when its parent has no segments left: keys, filters, ids
+_NO_POSTINGS = (np.empty(0, np.uint64),) * 3
 _blockhash = twins.load("prefixbench.plugins._blockhash")
 
 
@@ -571,6 +573,7 @@ class SarpStrategy(TombstoneOverlay):
         self.dir = hot.RoutingDirectory()
         self._filters = hot.filters
         self._record_ids = hot.record_ids
+        self._child_postings = hot.child_postings
         self._settle_window = hot.settle
         self._match_run = hot.match_run
         self.geo = _Geometry(S, R, self.refinement)
@@ -1036,18 +1039,18 @@ class SarpStrategy(TombstoneOverlay):
         try:
             _f, segs = self.dir.postings(key)
         except KeyError:                # a reclamation retired every segment under it
-            return child, [], [], []
-        keys, flts, sids = [], [], []
+            return (child, *_NO_POSTINGS)
+        parts = []
         for lo in range(0, len(segs), 256):
+            batch = segs[lo:lo + 256]
             with phases.phase(phases.BACKFILL):
-                batch = self.layer.read_many(segs[lo:lo + 256])
-            for seg in batch:
-                if seg is None or seg.n <= child or int(seg.ids[off]) != key:
-                    continue
-                keys.append(int(seg.ids[child]))
-                flts.append(int(self._filters(seg.ids, seg.n, np.array([child], np.int64),
-                                              self.N, self.stride, self.bits)[0]))
-                sids.append(seg.seg_id)
+                raws = self.layer.read_raw_many(batch)
+            *got, unsound = self._child_postings(raws, batch, key, off, child, self.N,
+                                                 self.stride, self.bits, self.S, self.meta_size)
+            if unsound:
+                self.layer.count_corrupt(batch[unsound])
+            parts.append(got)
+        keys, flts, sids = (np.concatenate(c) for c in zip(*parts)) if parts else _NO_POSTINGS
         with self._stat_lock:
             self._c["backfill_reads"] += len(segs)
             self._c["backfill_postings"] += len(keys)
@@ -1059,9 +1062,9 @@ class SarpStrategy(TombstoneOverlay):
         child, keys, flts, sids = result
         pend = self._pending_children.pop((key, which), set())
         flip = np.array(sorted(pend), dtype=np.uint64)
-        self.dir.publish(np.array(keys, np.uint64), np.full(len(keys), child, np.uint32),
-                         np.array(flts, np.uint64), np.array(sids, np.uint64), flip, key, which)
-        for k in set(keys) | pend:
+        self.dir.publish(keys, np.full(len(keys), child, np.uint32), flts, sids, flip, key,
+                         which)
+        for k in set(keys.tolist()) | pend:
             inf = self.dir.info(k)
             if inf is not None:
                 o, size, _vis, ns, rs = inf      # published: visible

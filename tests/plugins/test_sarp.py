@@ -567,6 +567,47 @@ def test_filters_equal_reference(ids, data):
 
 
 @pytest.mark.compiled
+@settings(max_examples=100, deadline=None)
+@given(data=st.data())
+def test_child_postings_equal_reference_and_keep_only_sound_records_under_the_key(data):
+    S, key = 8, 77
+    off = data.draw(st.integers(0, 6))
+    child = data.draw(st.integers(off + 1, 9))
+    raws, sids, want, unsound = [], [], [], []
+    for i in range(data.draw(st.integers(0, 12))):
+        n = data.draw(st.integers(1, S))
+        ids = np.array(data.draw(st.lists(st.integers(1, (1 << 64) - 1), min_size=n,
+                                          max_size=n)), np.uint64)
+        if n > off and data.draw(st.booleans()):
+            ids[off] = key
+        sid = 10 + i
+        raw = encode_segment(Segment(sid, S * data.draw(st.integers(0, 3)), ids,
+                                     np.full((n, MS), i, np.uint8)), MS)
+        kind = data.draw(st.sampled_from(["ok", "ok", "ok", "absent", "cut", "flip", "other-key"]))
+        if kind == "absent":
+            raw = None
+        elif kind == "cut":
+            raw = raw[:-1]
+        elif kind == "flip":
+            raw = raw[:-1] + bytes([raw[-1] ^ 1])
+        elif kind == "other-key":
+            sid += 1000
+        raws.append(bytearray(raw) if raw is not None and i % 2 else raw)
+        sids.append(sid)
+        if kind in ("cut", "flip", "other-key"):
+            unsound.append(i)
+        elif kind == "ok" and n > child and ids[off] == key:
+            want.append((int(ids[child]), int(filters_py(ids, n, [child], 8, 2, 8)[0]), sid))
+    args = (raws, np.array(sids, np.uint64), key, off, child, 8, 2, 8, S, MS)
+    got = _sarp.child_postings(*args)
+    ref = _sarp_ref.child_postings(*args)
+    for a, b in zip(got[:3], ref[:3]):
+        assert a.dtype == b.dtype == np.uint64 and a.tolist() == b.tolist()
+    assert list(got[3]) == list(ref[3]) == unsound
+    assert list(zip(*(a.tolist() for a in got[:3]))) == want
+
+
+@pytest.mark.compiled
 @pytest.mark.parametrize("base", [{}, {"max_retrieval": 1, "b": 2}, {"max_retrieval": 0},
                                   {"N": 2, "b": 1, "retrieval_order": "group"},
                                   {"N": 2, "b": 1, "max_retrieval": 2}, {"filtering": False},
@@ -878,6 +919,29 @@ def test_pruning_skips_points_then_rematerializes_them():
         ids = ids_of(toks)
         unpruned.insert(ids, metas_of(ids, i))
     assert unpruned.dir.n_postings > SarpStrategy(MemoryStore(), opts, meta_size=MS).dir.n_postings
+
+
+def test_rematerialization_skips_and_counts_a_corrupt_parent_segment():
+    store = MemoryStore()
+    s = SarpStrategy(store, dict(SMALL, refinement=False, pruning_threshold=2), meta_size=MS)
+    seqs = [ids_of(toks) for toks in _fan(2, 4, 10)]
+    for i, ids in enumerate(seqs[:2]):
+        s.insert(ids, metas_of(ids, i))
+    # seqs[1]'s window-0 segment: its block 4 (past the shared prefix) is seqs[1]'s own
+    victim = next(k for k, v in store.scan(0, 1 << 56)
+                  if v[24:32] == bytes(8) and v[72:80] == seqs[1][4:5].tobytes())
+    raw = bytearray(store.get(victim))
+    raw[-1] ^= 0x55
+    store.write_items([(victim, bytes(raw))])
+    for i, ids in enumerate(seqs[2:], 2):
+        s.insert(ids, metas_of(ids, i))
+    assert s.stats()["rematerializations"] >= 1 and s.stats()["corrupt_segments"] >= 1
+    at4 = set()
+    for ids in seqs[0:1] + seqs[2:]:
+        at4 |= set(s.dir.postings(int(ids[4]))[1].tolist())
+    with pytest.raises(KeyError):           # no point at offset 4 for the corrupt segment
+        s.dir.postings(int(seqs[1][4]))
+    assert victim not in at4 and len(at4) == 3
 
 
 def test_backfill_entries_stay_private_until_published_atomically():
