@@ -205,6 +205,26 @@ def test_rocksdb_index_in_cache_takes_only_yes_or_no(tmp_path):
     assert not (tmp_path / "s").exists()
 
 
+@pytest.mark.parametrize("given, want", [(None, (4, 20, 36)), ("16", (16, 32, 48))])
+def test_rocksdb_l0_compaction_trigger_reaches_rocksdb_with_its_stall_triggers(tmp_path, given,
+                                                                            want):
+    options = {} if given is None else {"l0_compaction_trigger": given}
+    path = tmp_path / "s"
+    with RocksDBStore(StoreConfig(path=str(path), options=options)) as s:
+        s.put_many((i, bytes(10)) for i in range(10))
+    text = max(path.glob("OPTIONS-*")).read_text()
+    got = tuple(int(text.split(f"\n  {name}=")[1].split("\n")[0])
+                for name in ("level0_file_num_compaction_trigger",
+                             "level0_slowdown_writes_trigger", "level0_stop_writes_trigger"))
+    assert got == want
+
+
+def test_rocksdb_l0_compaction_trigger_refuses_zero(tmp_path):
+    with pytest.raises(ConfigError, match="option l0_compaction_trigger: 0 must be"):
+        RocksDBStore(StoreConfig(path=str(tmp_path / "s"), options={"l0_compaction_trigger": "0"}))
+    assert not (tmp_path / "s").exists()
+
+
 def test_rocksdb_io_counters_say_where_reads_were_served(tmp_path):
     """With ``statistics`` on, a get the memtable answers counts as a memtable hit,
     a get of a flushed key as a file read or a cache hit, and a flush counts bytes."""
