@@ -389,15 +389,15 @@ def child_postings(list raws, seg_ids, uint64_t key, Py_ssize_t off, Py_ssize_t 
     cdef Py_ssize_t n = len(raws), i, ln, m = 0
     if k.shape[0] != n:
         raise ValueError("child_postings: one segment id per record")
-    if off < 0 or child < 0:
-        raise ValueError("child_postings: negative block offset")
+    if off < 0 or child < 0 or S < 1:
+        raise ValueError("child_postings: negative block offset or empty window")
     keys = np.empty(n, dtype=np.uint64)
     flts = np.empty(n, dtype=np.uint64)
     sids = np.empty(n, dtype=np.uint64)
     cdef uint64_t[::1] kv = keys
     cdef uint64_t[::1] fv = flts
     cdef uint64_t[::1] sv = sids
-    cdef uint64_t* buf = <uint64_t*>malloc((S if S > 0 else 1) * sizeof(uint64_t))
+    cdef uint64_t* buf = <uint64_t*>malloc(S * sizeof(uint64_t))
     if buf == NULL:
         raise MemoryError()
     cdef const uint8_t* p

@@ -284,8 +284,8 @@ def child_postings(raws, seg_ids, key: int, off: int, child: int, nfields: int, 
     seg_ids = np.asarray(seg_ids, np.uint64).tolist()
     if len(seg_ids) != len(raws):
         raise ValueError("child_postings: one segment id per record")
-    if off < 0 or child < 0:
-        raise ValueError("child_postings: negative block offset")
+    if off < 0 or child < 0 or S < 1:
+        raise ValueError("child_postings: negative block offset or empty window")
     keys, flts, sids, unsound = [], [], [], []
     for i, (raw, sid) in enumerate(zip(raws, seg_ids)):
         if raw is None:

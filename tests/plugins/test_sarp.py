@@ -605,6 +605,9 @@ def test_child_postings_equal_reference_and_keep_only_sound_records_under_the_ke
         assert a.dtype == b.dtype == np.uint64 and a.tolist() == b.tolist()
     assert list(got[3]) == list(ref[3]) == unsound
     assert list(zip(*(a.tolist() for a in got[:3]))) == want
+    for mod in (_sarp, _sarp_ref):
+        with pytest.raises(ValueError, match="child_postings"):
+            mod.child_postings(raws, np.array(sids, np.uint64), key, off, child, 8, 2, 8, 0, MS)
 
 
 @pytest.mark.compiled
