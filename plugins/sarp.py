@@ -602,7 +602,8 @@ class SarpStrategy(TombstoneOverlay):
             "segments_extended", "logical_blocks", "copied_blocks", "jobs", "jobs_expand",
             "jobs_refine", "backfill_reads", "backfill_postings", "insert_windows_reused",
             "insert_segments_reused", "insert_records_reused", "insert_replans",
-            "speculative_reads", "speculative_wasted", "match_round_trips"), 0)
+            "speculative_reads", "speculative_wasted", "match_round_trips",
+            "inserts_after_match", "insert_reads_after_match"), 0)
         self._tl = threading.local()
         self._journal = None        # last journal sequence, found on first use
         #: bumped by every reclamation publish (under the overlay and insert locks):
@@ -734,6 +735,7 @@ class SarpStrategy(TombstoneOverlay):
         ws = prev = 0
         memo = getattr(self._tl, "memo", None)
         self._tl.memo = None
+        after_match = memo is not None
         if memo is not None and memo.epoch != self._reclaim_epoch:
             memo = None         # a reclamation since the match: its records may be gone
         if memo is not None and memo.full and memo.full <= n and int(x[memo.full - 1]) == memo.key:
@@ -769,6 +771,9 @@ class SarpStrategy(TombstoneOverlay):
             c = self._c
             c["inserts"] += 1
             c["insert_reads"] += plan.reads
+            if after_match:
+                c["inserts_after_match"] += 1
+                c["insert_reads_after_match"] += plan.reads
             c["insert_windows_reused"] += ws // self.S
             c["insert_segments_reused"] += plan.reused_seg
             c["insert_records_reused"] += plan.reused_records
@@ -1485,6 +1490,7 @@ class SarpStrategy(TombstoneOverlay):
         return {
             "entries": d.n_entries, "memory_bytes": mem, "postings": d.n_postings,
             "matches": c["matches"], "inserts": c["inserts"],
+            "inserts_after_match": c["inserts_after_match"],
             "store_reads_per_match": c["match_reads"] / m,
             "retrievals_per_query": c["retrieved"] / m,
             "windows_per_match": c["match_windows"] / m,
@@ -1493,6 +1499,9 @@ class SarpStrategy(TombstoneOverlay):
             "candidates_retrieved": c["retrieved"] / uses,
             "extra_batches_per_match": c["extra_batches"] / m,
             "insert_reads_per_insert": c["insert_reads"] / (c["inserts"] or 1),
+            # a serving system's inserts (a paper-scale load's bulk inserts follow no match)
+            "insert_reads_per_insert_after_match":
+                c["insert_reads_after_match"] / (c["inserts_after_match"] or 1),
             "insert_windows_reused_from_match": c["insert_windows_reused"],
             "insert_segments_reused_from_match": c["insert_segments_reused"],
             "insert_records_reused_from_match": c["insert_records_reused"],

@@ -436,9 +436,9 @@ def table4(res, s) -> str:
     if text.get("geometry"):
         extra.append(("geometry", f"{text['geometry']}, preset "
                                   f"{text.get('geometry_preset', '-')}"))
-    if g("index-insert-reads-per-insert") is not None:
-        extra.append(("segment reads per insert (records reused from the match)",
-                      f"{cell(g('index-insert-reads-per-insert'), _num(3))} "
+    if g("index-insert-reads-per-insert-after-match") is not None:
+        extra.append(("segment reads per insert after a match (records reused from it)",
+                      f"{cell(g('index-insert-reads-per-insert-after-match'), _num(3))} "
                       f"({cell(g('index-insert-records-reused-from-match'), _int)})"))
     pad = ("", "") if cal else ()
     rows += [(a, b, *pad) for a, b in extra]

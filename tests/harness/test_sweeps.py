@@ -361,6 +361,10 @@ def test_paper_scale_loads_then_times_the_last_requests(small_paper, monkeypatch
     _times, counts = res.suites()
     md = counts[0].get_metadata()
     assert md["scale"] == "paper" and md["run_requests"] == 100
+    # sarp's reads per insert count the run's inserts, each after its match, not the load's
+    assert "segment reads per insert after a match" in table
+    got = {b.get_name(): b.mean() for b in counts}
+    assert got["sarp-index-inserts-after-match"] == 100
     assert md["load_requests"] == p.load_requests
 
 

@@ -342,6 +342,9 @@ def test_insert_reuses_the_segment_its_match_verified_and_reads_nothing_twice():
     assert after["segments_copied"] == before["segments_copied"] + 1
     assert after["insert_reads_per_insert"] * after["inserts"] == \
         before["insert_reads_per_insert"] * before["inserts"] + len(by_insert)
+    # the inserts before it followed no match: only this one counts as a serving insert
+    assert (before["inserts_after_match"], after["inserts_after_match"]) == (0, 1)
+    assert after["insert_reads_per_insert_after_match"] == len(by_insert)
     got = s.match(turn)
     assert got.n_blocks == len(turn)
     first = ids_of(seqs[4])                     # the 3 shared blocks keep seq 0's metadata
