@@ -375,6 +375,21 @@ def max_potential(filters_sorted, uint64_t qf, int nfields, int stride, int bits
 
 
 # ----------------------------------------------------------------------------- records
+cdef inline Py_ssize_t _sound_count(const uint8_t* p, Py_ssize_t ln, uint64_t key, Py_ssize_t S,
+                                    Py_ssize_t meta_size) noexcept nogil:
+    """Block count of the ``ln``-byte record at ``p`` read under ``key``, or -1 unless it
+    is sound: :func:`_seg_verify`'s checks and a start aligned to ``S``."""
+    cdef uint64_t start
+    cdef uint32_t cnt
+    if _seg_verify(p, ln, key, S, meta_size, 0, NULL, 0) < 0:
+        return -1
+    memcpy(&start, p + 24, 8)
+    if start % <uint64_t>S:
+        return -1
+    memcpy(&cnt, p + 8, 4)
+    return cnt
+
+
 def child_postings(list raws, seg_ids, uint64_t key, Py_ssize_t off, Py_ssize_t child,
                    int nfields, int stride, int bits, Py_ssize_t S, Py_ssize_t meta_size):
     """A back-fill job's postings, from the raw records of its parent entry's segments
@@ -401,8 +416,8 @@ def child_postings(list raws, seg_ids, uint64_t key, Py_ssize_t off, Py_ssize_t 
     if buf == NULL:
         raise MemoryError()
     cdef const uint8_t* p
-    cdef uint32_t cnt
-    cdef uint64_t start, at
+    cdef Py_ssize_t cnt
+    cdef uint64_t at
     cdef bytes b
     unsound = []
     try:
@@ -413,14 +428,10 @@ def child_postings(list raws, seg_ids, uint64_t key, Py_ssize_t off, Py_ssize_t 
             b = r if type(r) is bytes else bytes(r)
             p = <const uint8_t*>PyBytes_AS_STRING(b)
             ln = len(b)
-            if _seg_verify(p, ln, k[i], S, meta_size, 0, NULL, 0) < 0:
+            cnt = _sound_count(p, ln, k[i], S, meta_size)
+            if cnt < 0:
                 unsound.append(i)
                 continue
-            memcpy(&start, p + 24, 8)
-            if start % <uint64_t>S:
-                unsound.append(i)
-                continue
-            memcpy(&cnt, p + 8, 4)
             if cnt <= child or cnt <= off:
                 continue
             memcpy(&at, p + HEADER + 8 * off, 8)
@@ -449,9 +460,7 @@ def record_ids(list raws, keys, Py_ssize_t S, Py_ssize_t meta_size):
     cdef int64_t[::1] cv = counts
     cdef const uint8_t* p
     cdef Py_ssize_t ln
-    cdef uint16_t ver, ms16
-    cdef uint32_t cnt
-    cdef uint64_t key, start, stored
+    cdef Py_ssize_t cnt
     bufs = [r if r is None or isinstance(r, bytes) else bytes(r) for r in raws]
     for i in range(n):
         r = bufs[i]
@@ -459,18 +468,8 @@ def record_ids(list raws, keys, Py_ssize_t S, Py_ssize_t meta_size):
             continue
         p = <const uint8_t*>PyBytes_AS_STRING(r)
         ln = len(<bytes>r)
-        if ln < HEADER or p[0] != 80 or p[1] != 66 or p[2] != 83 or p[3] != 71:
-            continue
-        memcpy(&ver, p + 4, 2)
-        memcpy(&ms16, p + 6, 2)
-        memcpy(&cnt, p + 8, 4)
-        memcpy(&key, p + 16, 8)
-        memcpy(&start, p + 24, 8)
-        memcpy(&stored, p + CK_OFF, 8)
-        if ver != 1 or ms16 != meta_size or key != k[i] or cnt > S or start % S \
-                or ln != HEADER + <Py_ssize_t>cnt * (8 + meta_size):
-            continue
-        if _seg_checksum(p, ln) != stored:
+        cnt = _sound_count(p, ln, k[i], S, meta_size)
+        if cnt < 0:
             continue
         cv[i] = cnt
         total += cnt

@@ -279,6 +279,15 @@ _MAX_SEG = 0xFFFFFFFF
 _ENTRY_BYTES, _POSTING_BYTES, _SLOT_BYTES = 32, 12, 4     # the compiled layout's sizes
 
 
+def _sound_ids(raw, key: int, S: int, meta_size: int):
+    """The block ids of the record ``raw`` read under ``key``, or None unless it is
+    sound (decodes, holds its own key, starts aligned to ``S``, at most ``S`` blocks)."""
+    got = _segments_ref.decode(raw, meta_size)
+    if isinstance(got, str) or got[0] != key or got[1] % S or len(got[2]) > S:
+        return None
+    return np.asarray(got[2], np.uint64)
+
+
 def child_postings(raws, seg_ids, key: int, off: int, child: int, nfields: int, stride: int,
                    bits: int, S: int, meta_size: int):
     seg_ids = np.asarray(seg_ids, np.uint64).tolist()
@@ -290,11 +299,10 @@ def child_postings(raws, seg_ids, key: int, off: int, child: int, nfields: int, 
     for i, (raw, sid) in enumerate(zip(raws, seg_ids)):
         if raw is None:
             continue
-        got = _segments_ref.decode(raw, meta_size)
-        if isinstance(got, str) or got[0] != sid or got[1] % S or len(got[2]) > S:
+        ids = _sound_ids(raw, sid, S, meta_size)
+        if ids is None:
             unsound.append(i)
             continue
-        ids = np.asarray(got[2], np.uint64)
         n = len(ids)
         if n <= child or n <= off or int(ids[off]) != key:
             continue
@@ -314,14 +322,11 @@ def record_ids(raws, keys, S: int, meta_size: int):
     for i, (raw, key) in enumerate(zip(raws, keys)):
         if raw is None:
             continue
-        got = _segments_ref.decode(raw, meta_size)
-        if isinstance(got, str):
-            continue
-        seg_id, start, ids, _metas = got
-        if seg_id != key or start % S or len(ids) > S:
+        ids = _sound_ids(raw, key, S, meta_size)
+        if ids is None:
             continue
         counts[i] = len(ids)
-        parts.append(np.asarray(ids, dtype=np.uint64))
+        parts.append(ids)
     return counts, (np.concatenate(parts) if parts else np.empty(0, np.uint64))
 
 
