@@ -249,6 +249,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--threads", metavar="LIST", help="comma-separated request-thread counts, "
                    "shown side by side with speedup, serial fraction and Amdahl bound "
                    "(default: 1)")
+    g.add_argument("--interleave", metavar="N", help="strategies, one request thread: build "
+                   "and load every setting first (all held at once), then let their timed "
+                   "runs take turns, N requests each, so load from other tenants of a shared "
+                   "machine falls on every setting alike (default: 0, one after another)")
     g.add_argument("--force", action="store_true", help="--scale paper: run the full paper "
                    "size even where the pre-flight estimate of disk and memory says it does "
                    "not fit; other sizes: run even where the workload will not fit")
@@ -712,7 +716,8 @@ def cmd_sweep(args, leftover, argv, quiet):
         backfill=args.backfill, scale=args.scale, run_requests=args.run_requests,
         repeat=args.repeat, threads=args.threads, cap_rule=args.cap_rule,
         cap_entries=args.cap_entries, cap_recoveries=args.cap_recoveries,
-        cap_cache=args.cap_cache, breakdown=args.breakdown, force=args.force)
+        cap_cache=args.cap_cache, breakdown=args.breakdown, force=args.force,
+        interleave=args.interleave)
     if cfg.scale != "paper":             # --scale paper sizes itself to what fits
         from prefixbench.harness import preflight
         preflight.check_replay(f"sweep {args.kind}", sweeps.strategy_names(cfg.strategies),
@@ -738,6 +743,7 @@ def _sweep_capacity(args, quiet):
                           ("--budgets", args.budgets), ("--scale", args.scale),
                           ("--run-requests", args.run_requests), ("--repeat", args.repeat),
                           ("--threads", args.threads), ("--cap-rule", args.cap_rule),
+                          ("--interleave", args.interleave),
                           ("--breakdown", args.breakdown or None)):
         if given is not None:
             raise ConfigError(f"option {option}: the capacity sweep does not take it")

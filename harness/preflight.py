@@ -185,18 +185,20 @@ def _needs_store(strategy: str) -> bool:
 
 def sweep_need(entries: int, strategies, engine: str | None, *, cache_bytes: int,
                work_dir: str | None = None, run_requests: int = 0,
-               engine_options: dict | None = None) -> Need:
+               engine_options: dict | None = None, together: bool = False) -> Need:
     """A load/run sweep: one counting pass, then each strategy on a fresh store in turn
-    beside the radix oracle (stores are removed between settings: the largest counts)."""
-    disk = max((store_disk_bytes(s, engine, entries, needs_store=_needs_store(s))
-                for s in strategies), default=0.0)
+    beside the radix oracle (stores are removed between settings: the largest counts).
+    ``together``: every strategy's store and oracle are held at once (interleaved runs),
+    so they add up."""
+    pick = sum if together else (lambda xs: max(xs, default=0.0))
+    disk = pick([store_disk_bytes(s, engine, entries, needs_store=_needs_store(s))
+                 for s in strategies])
     requests = entries / BLOCKS_PER_REQUEST_LOW
     counting = entries * (COUNTING_BYTES_PER_BLOCK + STREAM_BYTES_PER_BLOCK)
-    oracle = entries * MEMORY_BYTES_PER_BLOCK["radix"]
-    biggest = max((strategy_memory_bytes(s, engine, entries, needs_store=_needs_store(s),
-                                         cache_bytes=cache_bytes,
-                                         engine_options=engine_options) for s in strategies),
-                  default=0.0)
+    oracle = entries * MEMORY_BYTES_PER_BLOCK["radix"] * (len(strategies) if together else 1)
+    biggest = pick([strategy_memory_bytes(s, engine, entries, needs_store=_needs_store(s),
+                                          cache_bytes=cache_bytes,
+                                          engine_options=engine_options) for s in strategies])
     loading = oracle + biggest + entries * STREAM_BYTES_PER_BLOCK
     memory = BASE_RSS + requests * REQUEST_BYTES + run_requests * REQUEST_BYTES \
         + max(counting, loading)

@@ -230,6 +230,24 @@ def replay(strategy: IndexStrategy, workload: Workload, *, oracle: IndexStrategy
         return replay_threaded(strategy, workload, threads=threads, limit=limit, quiet=quiet,
                                desc=desc, freeze_gc=freeze_gc, check=check,
                                breakdown=breakdown, oracle=oracle)
+    steps = _replay_steps(strategy, workload, oracle=oracle, limit=limit, quiet=quiet,
+                          desc=desc, freeze_gc=freeze_gc, check=check,
+                          status_every=status_every, breakdown=breakdown)
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value
+
+
+def _replay_steps(strategy: IndexStrategy, workload: Workload, *, oracle=None,
+                  limit: int | None = None, quiet: bool = True, desc: str = "replay",
+                  freeze_gc: bool = True, check: bool = True, status_every: float = 0.0,
+                  breakdown: bool = False, step: int = 0):
+    """The one-thread replay as a generator: it yields the number of requests it just
+    ran after every ``step`` of them (never with ``step`` 0) and returns the
+    :class:`ReplayResult`.  Wall and CPU time count only while it runs, so several
+    of them can take turns (:func:`replay_interleaved`)."""
     if oracle is None and check:
         oracle = make_oracle(strategy.meta_size)
     res = ReplayResult()
@@ -244,6 +262,7 @@ def replay(strategy: IndexStrategy, workload: Workload, *, oracle: IndexStrategy
     reset, p_totals, p_switches = phases.reset, phases.totals, phases.switches
 
     res.gc_mode = _quiet_gc(freeze_gc)
+    wall = cpu = 0.0
     t_wall = time.perf_counter()
     cpu0 = time.process_time()
     bar = progress(total, desc, quiet)
@@ -255,6 +274,14 @@ def replay(strategy: IndexStrategy, workload: Workload, *, oracle: IndexStrategy
         for req in workload.requests():
             if i >= total:
                 break
+            if step and i and i % step == 0:
+                wall += time.perf_counter() - t_wall
+                cpu += time.process_time() - cpu0
+                yield step
+                if bd:
+                    phases.enable(True)     # another replay's turn may have ended its clocks
+                t_wall = time.perf_counter()
+                cpu0 = time.process_time()
             q = req.match_ids
             reads0 = _reads(store)
             if bd:
@@ -299,8 +326,8 @@ def replay(strategy: IndexStrategy, workload: Workload, *, oracle: IndexStrategy
         _restore_gc(freeze_gc)
         if bd:
             bd.stop()
-    res.wall_seconds = time.perf_counter() - t_wall
-    res.cpu_seconds = time.process_time() - cpu0
+    res.wall_seconds = wall + time.perf_counter() - t_wall
+    res.cpu_seconds = cpu + time.process_time() - cpu0
     res.store_io = _io_since(store, io0)
     res.requests = i
     res.match_ns = match_ns[:i]
@@ -312,6 +339,51 @@ def replay(strategy: IndexStrategy, workload: Workload, *, oracle: IndexStrategy
         res.oracle_hit_tokens = res.hit_tokens
     _collect_end_state(res, strategy)
     return res
+
+
+def replay_interleaved(runs: list[dict], step: int, *, quiet: bool = True,
+                       desc: str = "interleaved", freeze_gc: bool = True) -> list[ReplayResult]:
+    """One-thread replays that take turns, ``step`` requests each, until all are done.
+
+    Each of ``runs`` holds :func:`replay`'s keywords for one replay (``strategy``,
+    ``workload``, ``oracle``, ``breakdown``, ...).  On a shared machine, load that
+    comes and goes then falls on every replay alike, so their ratios hold where one
+    replay after the other would compare different minutes.  Each replay's
+    latencies, wall and CPU time count only its own turns (the CPU time is the
+    process's, so another store's background threads running during a turn count
+    too).  The collector is kept out of every turn, as :func:`replay` does."""
+    if step < 1:
+        raise ValueError("replay_interleaved: step must be >= 1")
+    was_on = phases.enabled()
+    mode = _quiet_gc(freeze_gc)
+    gens = [_replay_steps(**{"quiet": True, **run, "freeze_gc": False, "step": step})
+            for run in runs]
+    results: list = [None] * len(gens)
+    total = sum(len(r["workload"]) if r.get("limit") is None
+                else min(r["limit"], len(r["workload"])) for r in runs)
+    done_so_far = [0] * len(gens)
+    bar = progress(total, desc, quiet)
+    try:
+        live = list(range(len(gens)))
+        while live:
+            for k in list(live):
+                try:
+                    ran = next(gens[k])
+                except StopIteration as end:
+                    results[k] = end.value
+                    live.remove(k)
+                    ran = end.value.requests - done_so_far[k]
+                done_so_far[k] += ran
+                bar.update(ran)
+    finally:
+        bar.close()
+        for g in gens:
+            g.close()
+        _restore_gc(freeze_gc)
+        phases.enable(was_on)
+    for r in results:
+        r.gc_mode = mode
+    return results
 
 
 class _Breakdown:

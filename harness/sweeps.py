@@ -99,6 +99,20 @@ mutexes: the reads overlap, and what serialises is the GIL-held rest (sarp's
 planning, publishing and registration, and rocksdict's writes, which keep
 the GIL).
 
+**Interleaving** (strategies sweep, one request thread).  ``interleave=N``
+builds and loads every setting first and holds them all at once (the
+pre-flight adds their stores and oracles up), then lets their timed runs take
+turns, N requests each, round robin (:func:`replay_interleaved`).  On a shared
+machine the load other tenants put on the cores and the device comes and goes
+over minutes; one run after another then compares different minutes, and on
+codeact at paper scale the same sarp ÷ segment-radix-capped ratio came out at
+1.22x, 1.52x and 1.57x in three sequential runs of one day.  Taking turns puts
+that drift on every setting alike.  Each setting still has its own store,
+cache budget and oracle, and its results other than timings are the same as
+when it runs alone (tested); what a turn cannot keep apart is the other
+stores' background threads (a flush or compaction of one setting's load may
+still run during another's turn: the loads settle first, so little is left).
+
 **Cap rule** (strategies sweep with ``segment-radix-capped``).
 ``cap_rule="paper"`` (the default) asks
 :func:`prefixbench.harness.caprule.choose_cap` for the cap fraction whose
@@ -139,7 +153,7 @@ from prefixbench.harness import pyperf_io
 from prefixbench.harness.build import build
 from prefixbench.errors import ConfigError
 from prefixbench.harness.bench import make_workload
-from prefixbench.harness.replay import ReplayResult, make_oracle, replay
+from prefixbench.harness.replay import ReplayResult, make_oracle, replay, replay_interleaved
 from prefixbench.metas import make_metas
 from prefixbench.harness.progress import progress
 from prefixbench.units import parse_size
@@ -233,6 +247,8 @@ class SweepConfig:
     breakdown: bool = False
     #: run at the full paper size even where the pre-flight says it does not fit
     force: bool = False
+    #: requests per turn when the settings' timed runs take turns (0: one after another)
+    interleave: int = 0
 
     @property
     def threaded(self) -> bool:
@@ -247,7 +263,8 @@ class SweepConfig:
                 "durability": self.durability, "limit": self.limit, "backfill": self.backfill,
                 "scale": self.scale, "run_requests": self.run_requests if
                 self.scale == "paper" else None, "repeat": self.repeat,
-                "threads": list(self.threads), "cap_rule": self.cap_rule}
+                "threads": list(self.threads), "cap_rule": self.cap_rule,
+                "interleave": self.interleave}
 
 
 def _int_list(option: str, text: str, *, allow_unlimited: bool) -> tuple:
@@ -365,7 +382,7 @@ def make_config(kind: str, *, workload: str, workload_options: dict | None = Non
                 scale: str | None = None, run_requests=None, repeat=None, threads=None,
                 cap_rule: str | None = None, cap_entries=None, cap_recoveries=None,
                 cap_cache: str | None = None, breakdown: bool = False,
-                force: bool = False) -> SweepConfig:
+                force: bool = False, interleave=None) -> SweepConfig:
     """Check the user's text and build a :class:`SweepConfig`; every problem is one
     :class:`ConfigError` line, raised before any replay starts."""
     if kind not in KINDS:
@@ -388,9 +405,16 @@ def make_config(kind: str, *, workload: str, workload_options: dict | None = Non
         raise ConfigError(f"option --repeat: {repeat} must be between 1 and {MAX_REPEAT}")
     thread_counts = _thread_counts(threads)
     for option, given in (("--repeat", repeat != 1), ("--threads", thread_counts != (1,)),
-                          ("--cap-rule", cap_rule is not None)):
+                          ("--cap-rule", cap_rule is not None),
+                          ("--interleave", interleave is not None)):
         if given and kind != "strategies":
             raise ConfigError(f"option {option}: only the strategies sweep takes {option}")
+    # 0 (or left out): the settings run one after another
+    interleave = 0 if interleave in (None, 0, "0") else _positive_int("--interleave",
+                                                                      interleave, 0)
+    if interleave and thread_counts != (1,):
+        raise ConfigError("option --interleave: the settings take turns on one request "
+                          "thread; leave out --threads")
     if budgets is not None and kind != "retrieval":
         raise ConfigError("option --budgets: only the retrieval sweep takes budgets")
     if strategies is not None and kind not in ("strategies", "space"):
@@ -449,7 +473,8 @@ def make_config(kind: str, *, workload: str, workload_options: dict | None = Non
         strategy_options=_split_strategy_options(dict(strategy_options or {}),
                                                  strategy_names(names)),
         backfill=backfill, scale=scale, run_requests=run_requests, repeat=repeat,
-        threads=thread_counts, breakdown=bool(breakdown), force=bool(force))
+        threads=thread_counts, breakdown=bool(breakdown), force=bool(force),
+        interleave=interleave)
     _cap_config(cfg, cap_rule, cap_entries, cap_recoveries, cap_cache)
     if cfg.scale == "paper":
         _paper_workload_options(cfg, fraction=1.0)      # the workload has a paper size
@@ -968,6 +993,61 @@ def load_phase(strategy, oracle, requests, known, n: int, *, block_metas: bool,
     return strategy.store.settle() if strategy.store is not None else 0.0
 
 
+class _Opened:
+    """One setting's store, built and loaded, with its oracle: what its timed run needs."""
+
+    def __init__(self, setting, built, oracle, workload, settle: float, load_requests: int):
+        self.setting, self.built, self.oracle = setting, built, oracle
+        self.workload, self.settle, self.load_requests = workload, settle, load_requests
+        self.beyond = beyond_paper_options(built.strategy)
+        self.engine_cache = built.store.config.cache_bytes if built.store is not None else None
+
+    def row(self, res, threads: int, repeat: int) -> Row:
+        """Close the store and the oracle; the setting's row of ``res``."""
+        try:
+            indexed = int(self.oracle.stats()["entries"])
+        finally:
+            self.close()
+        return Row(self.setting, res, indexed, self.engine_cache, threads=threads,
+                   repeat=repeat, load_requests=self.load_requests,
+                   settle_seconds=self.settle, beyond_paper=self.beyond)
+
+    def close(self) -> None:
+        try:
+            self.oracle.close()
+        finally:
+            self.built.close()
+
+
+def _open_setting(cfg: SweepConfig, setting: Setting, workload, cache_bytes: int, *,
+                  quiet: bool, desc: str, threaded: bool, counting: Counting | None,
+                  load_requests: int) -> _Opened:
+    """A fresh store for ``setting`` with its own oracle, the first ``load_requests``
+    requests loaded untimed (needs ``counting``); its run phase is the workload's rest."""
+    built = build(setting.strategy, cfg.engine, strategy_options=setting.options,
+                  store_dir=None, cache_bytes=cache_bytes, direct_io=cfg.direct_io,
+                  durability=cfg.durability, engine_options=_run_engine_options(cfg),
+                  block_tokens=workload.block_size)
+    oracle = make_oracle(built.strategy.meta_size)
+    settle = 0.0
+    run = workload
+    try:
+        if load_requests or threaded:
+            it = iter(workload.requests())
+            if load_requests:
+                settle = load_phase(built.strategy, oracle, it, counting.known, load_requests,
+                                    block_metas=threaded, quiet=quiet, desc=desc)
+            n = len(workload) - load_requests
+            if cfg.limit is not None:
+                n = min(n, cfg.limit)
+            run = _Tail(workload, it, n)
+    except BaseException:
+        oracle.close()
+        built.close()
+        raise
+    return _Opened(setting, built, oracle, run, settle, load_requests)
+
+
 def run_setting(cfg: SweepConfig, setting: Setting, workload, cache_bytes: int, *,
                 quiet: bool = True, desc: str | None = None, threads: int | None = None,
                 counting: Counting | None = None, load_requests: int = 0,
@@ -979,39 +1059,57 @@ def run_setting(cfg: SweepConfig, setting: Setting, workload, cache_bytes: int, 
     threads = cfg.threads[0] if threads is None else threads
     threaded = cfg.threaded
     desc = desc or setting.label
-    built = build(setting.strategy, cfg.engine, strategy_options=setting.options,
-                  store_dir=None, cache_bytes=cache_bytes, direct_io=cfg.direct_io,
-                  durability=cfg.durability, engine_options=_run_engine_options(cfg),
-                  block_tokens=workload.block_size)
-    oracle = make_oracle(built.strategy.meta_size)
-    settle = 0.0
-    beyond = beyond_paper_options(built.strategy)
+    opened = _open_setting(cfg, setting, workload, cache_bytes, quiet=quiet, desc=desc,
+                           threaded=threaded, counting=counting, load_requests=load_requests)
     try:
-        engine_cache = built.store.config.cache_bytes if built.store is not None else None
-        if not load_requests and not threaded:
-            res = replay(built.strategy, workload, oracle=oracle, limit=cfg.limit, quiet=quiet,
+        strategy, oracle = opened.built.strategy, opened.oracle
+        if not threaded:
+            limit = cfg.limit if opened.workload is workload else None
+            res = replay(strategy, opened.workload, oracle=oracle, limit=limit, quiet=quiet,
                          desc=desc, **_breakdown_kw(cfg))
         else:
-            it = iter(workload.requests())
-            if load_requests:
-                settle = load_phase(built.strategy, oracle, it, counting.known, load_requests,
-                           block_metas=threaded, quiet=quiet, desc=desc)
-            n = len(workload) - load_requests
-            if cfg.limit is not None:
-                n = min(n, cfg.limit)
-            if not threaded:
-                res = replay(built.strategy, _Tail(workload, it, n), oracle=oracle,
-                             quiet=quiet, desc=desc, **_breakdown_kw(cfg))
-            else:
-                res = replay(built.strategy, _Tail(workload, it, n), threads=threads,
-                             threaded=True, oracle=oracle, quiet=quiet,
-                             desc=f"{desc} x{threads}", **_breakdown_kw(cfg))
-        indexed = int(oracle.stats()["entries"])
-    finally:
-        oracle.close()
-        built.close()
-    return Row(setting, res, indexed, engine_cache, threads=threads, repeat=repeat,
-               load_requests=load_requests, settle_seconds=settle, beyond_paper=beyond)
+            res = replay(strategy, opened.workload, threads=threads, threaded=True,
+                         oracle=oracle, quiet=quiet, desc=f"{desc} x{threads}",
+                         **_breakdown_kw(cfg))
+    except BaseException:
+        opened.close()
+        raise
+    return opened.row(res, threads, repeat)
+
+
+def run_interleaved(cfg: SweepConfig, settings: list, workload, cache_bytes: int, *,
+                    quiet: bool = True, counting: Counting | None = None,
+                    load_requests: int = 0, repeat: int = 0, first: int = 1,
+                    total_runs: int = 0) -> list[Row]:
+    """Every setting built and loaded first, all held at once; then their timed runs
+    take turns, ``cfg.interleave`` requests each (:func:`replay_interleaved`), on one
+    request thread."""
+    opened: list = []
+    try:
+        for k, s in enumerate(settings):
+            opened.append(_open_setting(
+                cfg, s, workload, cache_bytes, quiet=quiet,
+                desc=f"[{first + k}/{total_runs}] {s.label}", threaded=False,
+                counting=counting, load_requests=load_requests))
+        runs = [dict(strategy=o.built.strategy, workload=o.workload, oracle=o.oracle,
+                     limit=cfg.limit if o.workload is workload else None,
+                     **_breakdown_kw(cfg)) for o in opened]
+        results = replay_interleaved(
+            runs, cfg.interleave, quiet=quiet,
+            desc=f"[{first}-{first + len(settings) - 1}/{total_runs}] interleaved")
+    except BaseException:
+        for o in opened:
+            o.close()
+        raise
+    rows = []
+    for k, (o, res) in enumerate(zip(opened, results)):
+        try:
+            rows.append(o.row(res, 1, repeat))
+        except BaseException:
+            for rest in opened[k + 1:]:
+                rest.close()
+            raise
+    return rows
 
 
 def beyond_paper_options(strategy) -> dict:
@@ -1056,9 +1154,13 @@ def paper_size(cfg: SweepConfig, *, free=None) -> PaperSize:
         entries = int(paper_blocks * f)
         if cfg.cache_rule == "paper":
             cache = int(round(cfg.cache_fraction * entries * (KEY_BYTES + META_SIZE)))
-        need = preflight.sweep_need(entries, strategy_names(cfg.strategies), cfg.engine,
-                                    cache_bytes=cache, run_requests=cfg.run_requests,
-                                    engine_options=cfg.engine_options)
+        # interleaved runs hold every setting (variants too) at once
+        names = ([split_entry(e)[0] for e in cfg.strategies] if cfg.interleave
+                 else strategy_names(cfg.strategies))
+        need = preflight.sweep_need(entries, names, cfg.engine, cache_bytes=cache,
+                                    run_requests=cfg.run_requests,
+                                    engine_options=cfg.engine_options,
+                                    together=bool(cfg.interleave))
         short = preflight.shortfall(need, free or preflight.free_space(need.disk_dir))
         first = first or short
         if short is None or cfg.force:
@@ -1136,14 +1238,20 @@ def run_sweep(cfg: SweepConfig, *, quiet: bool = True) -> SweepResult:
     runs = []
     total_runs = cfg.repeat * len(cfg.threads) * len(settings)
     k = 0
+    load = paper.load_requests if paper else 0
     for rep in range(cfg.repeat):
         for t in cfg.threads:
+            if cfg.interleave:
+                runs.extend(run_interleaved(cfg, settings, workload, cache, quiet=quiet,
+                                            counting=counting, load_requests=load, repeat=rep,
+                                            first=k + 1, total_runs=total_runs))
+                k += len(settings)
+                continue
             for s in settings:
                 k += 1
                 runs.append(run_setting(
                     cfg, s, workload, cache, quiet=quiet, desc=f"[{k}/{total_runs}] {s.label}",
-                    threads=t, counting=counting,
-                    load_requests=paper.load_requests if paper else 0, repeat=rep))
+                    threads=t, counting=counting, load_requests=load, repeat=rep))
     first = [r for r in runs if r.repeat == 0 and r.threads == cfg.threads[0]]
     spans = None
     if cfg.kind == "strategies" and cfg.workload in PAPER_SPAN_SHARE and \

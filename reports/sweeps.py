@@ -92,6 +92,9 @@ def conditions(res) -> str:
     parts = [f"workload {wl}", reqs, threads]
     if (cfg.get("repeat") or 1) > 1:
         parts.append(f"{cfg['repeat']} repeats (median, min-max)")
+    if cfg.get("interleave"):
+        parts.append(f"timed runs interleaved, {cfg['interleave']:,} requests per turn "
+                     "(every setting loaded first)")
     cache = next((res.get("engine-cache-bytes", s) for s in ss
                   if res.get("engine-cache-bytes", s) is not None), None)
     line2 = (f"engine {md.get('engine', '?')}, direct I/O "
