@@ -277,6 +277,7 @@ import bisect
 import collections
 import math
 import queue
+import struct
 import threading
 
 import numpy as np
@@ -583,8 +584,8 @@ class SarpStrategy(TombstoneOverlay):
         self._jobs_running = 0
         self._jobs_idle = threading.Condition(self._insert_lock)
         #: bumped after every publish of segments (insert, recovery registration), which
-        #: logs the segments it wrote (None: any); a conflict check compares their
-        #: (window start, first block id) - neither changes once published
+        #: logs the (window start, first block id) of the segments it wrote (None: any),
+        #: what a conflict check compares - neither changes once published
         self._version = 0
         self._pub_log: collections.deque = collections.deque(maxlen=4096)
         #: test hook: called between an unlocked plan and taking the lock to publish it
@@ -795,10 +796,10 @@ class SarpStrategy(TombstoneOverlay):
         if not log or log[0][0] > plan.basis + 1:
             return True                     # older than the log remembers
         looked = plan.keys
-        for ver, writes in reversed(log):
+        for ver, keys in reversed(log):
             if ver <= plan.basis:
                 return False
-            if writes is None or any((w.start, int(w.ids[0])) in looked for w in writes):
+            if keys is None or any(k in looked for k in keys):
                 return True
         return False
 
@@ -910,7 +911,7 @@ class SarpStrategy(TombstoneOverlay):
         if journalled:
             self._journal_seq += 1
             journal = [(_JOURNAL_BASE | self._journal_seq,
-                        np.array(journalled, dtype="<u8").tobytes())]
+                        struct.pack(f"<{len(journalled)}Q", *journalled))]
         self.layer.write_many(plan.writes, journal)
         if self._extended_watch is not None and plan.extended:
             self._extended_watch.update(plan.extended)
@@ -918,7 +919,8 @@ class SarpStrategy(TombstoneOverlay):
             for s in plan.writes:
                 self._register(s)
         self._version += 1
-        self._pub_log.append((self._version, plan.writes))    # (published: never changes)
+        # what a conflict check compares (the segments themselves may die with the insert)
+        self._pub_log.append((self._version, [(w.start, int(w.ids[0])) for w in plan.writes]))
 
     # ------------------------------------------------------------------ registration
     def _register(self, seg: Segment) -> None:
