@@ -15,7 +15,7 @@ from libc.stdlib cimport free, malloc
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 
 __all__ = ["HEADER_SIZE", "MAGIC", "VERSION", "checksum", "common_prefix", "decode", "encode",
-           "metas_prefix", "splice", "verify_raws", "views"]
+           "metas_prefix", "splice", "splice_record", "verify_raws", "views"]
 
 cnp.import_array()
 
@@ -73,18 +73,15 @@ def encode(uint64_t seg_id, uint64_t start, ids, metas, Py_ssize_t meta_size):
     return out
 
 
-def splice(ids, metas, qids, qmetas, Py_ssize_t shared, Py_ssize_t S):
-    """``(ids, metas)`` of a segment's first ``shared`` blocks followed by the query's
-    blocks from ``shared`` up to ``min(len(qids), S)`` (new arrays): what extending a
-    segment in place or copying its shared prefix stores."""
-    cdef cnp.ndarray a = as_ids(ids)
+cdef tuple _splice(const uint8_t* ids, const uint8_t* metas, Py_ssize_t na, qids, qmetas,
+                   Py_ssize_t shared, Py_ssize_t S, Py_ssize_t ms):
+    """``(ids, metas)`` new arrays: the first ``shared`` of ``na`` stored blocks (their
+    ids and ``ms``-byte metas at ``ids``/``metas``), then the query's up to ``S``."""
     cdef cnp.ndarray q = as_ids(qids)
-    cdef cnp.ndarray am = as_carray(metas, cnp.NPY_UINT8, 2, "segment metas")
     cdef cnp.ndarray qm = as_carray(qmetas, cnp.NPY_UINT8, 2, "query metas")
-    cdef Py_ssize_t na = cnp.PyArray_DIM(a, 0), nq = cnp.PyArray_DIM(q, 0)
-    cdef Py_ssize_t ms = cnp.PyArray_DIM(am, 1)
+    cdef Py_ssize_t nq = cnp.PyArray_DIM(q, 0)
     cdef Py_ssize_t n = nq if nq < S else S
-    if cnp.PyArray_DIM(am, 0) != na or cnp.PyArray_DIM(qm, 0) < n or cnp.PyArray_DIM(qm, 1) != ms:
+    if cnp.PyArray_DIM(qm, 0) < n or cnp.PyArray_DIM(qm, 1) != ms:
         raise ValueError("splice: one metadata row of the same size per block")
     if not 0 <= shared <= min(na, n):
         raise ValueError(f"shared={shared} outside 0..{min(na, n)}")
@@ -96,11 +93,45 @@ def splice(ids, metas, qids, qmetas, Py_ssize_t shared, Py_ssize_t S):
     cdef cnp.ndarray om = cnp.PyArray_EMPTY(2, d2, cnp.NPY_UINT8, 0)
     cdef uint8_t* pi = <uint8_t*>cnp.PyArray_DATA(oi)
     cdef uint8_t* pm = <uint8_t*>cnp.PyArray_DATA(om)
-    memcpy(pi, cnp.PyArray_DATA(a), shared * 8)
+    memcpy(pi, ids, shared * 8)
     memcpy(pi + shared * 8, <uint8_t*>cnp.PyArray_DATA(q) + shared * 8, (n - shared) * 8)
-    memcpy(pm, cnp.PyArray_DATA(am), shared * ms)
+    memcpy(pm, metas, shared * ms)
     memcpy(pm + shared * ms, <uint8_t*>cnp.PyArray_DATA(qm) + shared * ms, (n - shared) * ms)
     return oi, om
+
+
+def splice(ids, metas, qids, qmetas, Py_ssize_t shared, Py_ssize_t S):
+    """``(ids, metas)`` of a segment's first ``shared`` blocks followed by the query's
+    blocks from ``shared`` up to ``min(len(qids), S)`` (new arrays): what extending a
+    segment in place or copying its shared prefix stores."""
+    cdef cnp.ndarray a = as_ids(ids)
+    cdef cnp.ndarray am = as_carray(metas, cnp.NPY_UINT8, 2, "segment metas")
+    cdef Py_ssize_t na = cnp.PyArray_DIM(a, 0)
+    if cnp.PyArray_DIM(am, 0) != na:
+        raise ValueError("splice: one metadata row of the same size per block")
+    return _splice(<const uint8_t*>cnp.PyArray_DATA(a), <const uint8_t*>cnp.PyArray_DATA(am),
+                   na, qids, qmetas, shared, S, cnp.PyArray_DIM(am, 1))
+
+
+def splice_record(bytes raw, qids, qmetas, Py_ssize_t shared, Py_ssize_t S,
+                  Py_ssize_t meta_size):
+    """``(seg_id, start, n, ids, metas)``: the header of a record :func:`verify_raws`
+    accepted (``n`` its block count) and :func:`splice` of its blocks with the query's,
+    copied straight from the record (no views of it are made)."""
+    cdef Py_ssize_t ln = len(raw)
+    cdef uint32_t cnt
+    cdef uint64_t seg_id, start
+    if ln < HEADER:
+        raise ValueError("record shorter than its header")
+    cdef const uint8_t* p = <const uint8_t*>PyBytes_AS_STRING(raw)
+    memcpy(&cnt, p + 8, 4)
+    memcpy(&seg_id, p + 16, 8)
+    memcpy(&start, p + 24, 8)
+    cdef Py_ssize_t na = cnt
+    if ln != HEADER + na * (8 + meta_size):
+        raise ValueError("record length does not match its block count")
+    oi, om = _splice(p + HEADER, p + HEADER + na * 8, na, qids, qmetas, shared, S, meta_size)
+    return seg_id, start, na, oi, om
 
 
 def decode(raw, Py_ssize_t meta_size):

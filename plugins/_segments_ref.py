@@ -12,7 +12,7 @@ import struct
 import numpy as np
 
 __all__ = ["HEADER_SIZE", "MAGIC", "VERSION", "checksum", "common_prefix", "decode", "encode",
-           "metas_prefix", "splice", "verify_raws", "views"]
+           "metas_prefix", "splice", "splice_record", "verify_raws", "views"]
 
 MAGIC = b"PBSG"
 VERSION = 1
@@ -167,6 +167,13 @@ def metas_prefix(raw, v, meta_size):
     if not 0 <= v <= len(metas):
         raise ValueError(f"metas_prefix: {v} blocks of a record of {len(metas)}")
     return metas[:v]
+
+
+def splice_record(raw, qids, qmetas, shared, S, meta_size):
+    """``(seg_id, start, n, ids, metas)``: a verified record's header (``n`` its block
+    count) and :func:`splice` of its blocks with the query's."""
+    seg_id, start, ids, metas = views(raw, meta_size)
+    return (seg_id, start, len(ids), *splice(ids, metas, qids, qmetas, shared, S))
 
 
 def splice(ids, metas, qids, qmetas, shared, S):

@@ -673,13 +673,6 @@ class SarpStrategy(TombstoneOverlay):
                                    layer.read_raw_many, layer.count_corrupt,
                                    phases.phase(phases.VERIFY) if phases._ON else None)
 
-    def _segment(self, raw, seg_id: int):
-        """The Segment of a record verification accepted."""
-        with phases.phase(phases.VERIFY):
-            if self._compiled:
-                return self.layer.verified(raw)
-            return self.layer.decode(seg_id, raw)
-
     def _route(self, qw: np.ndarray, ws: int, budget: int, known=None):
         """:meth:`_candidates` then :meth:`_settle` for one window."""
         return self._settle(qw, ws, self._candidates(qw, budget), budget, known)
@@ -838,21 +831,22 @@ class SarpStrategy(TombstoneOverlay):
             xw = x[ws:ws + S]
             known = memo.raws.get(ws) if memo is not None else None
             v, best, info, _seen = self._route(xw, ws, 0, known)
-            seg = self._segment(*best) if best is not None else None
             if info is not None:
                 plan.reads += info[2]
             if known:
                 plan.reused_records += len(known)
-                if memo.best is not None and memo.best[0] == ws and seg is not None \
-                        and seg.seg_id == memo.best[1]:
+                if memo.best is not None and memo.best[0] == ws and best is not None \
+                        and best[1] == memo.best[1]:
                     plan.reused_seg += 1
-            if seg is not None and v == S:
+            if best is not None and v == S:
                 ws += S                       # the whole window is already stored
-                prev = seg.seg_id
+                prev = best[1]
                 continue
-            if seg is not None:
-                res, is_new = layer.extend_or_copy(seg, xw, xm[ws:ws + S], v, assign_id=False)
-                if res is not seg:
+            if best is not None:
+                with phases.phase(phases.VERIFY):
+                    res, is_new, n_old = layer.extend_or_copy_raw(best[0], xw, xm[ws:ws + S], v,
+                                                                  assign_id=False)
+                if res is not None:
                     plan.writes.append(res)
                     if is_new:
                         plan.after.append(prev)
@@ -862,8 +856,8 @@ class SarpStrategy(TombstoneOverlay):
                     else:
                         plan.ext += 1
                         plan.extended.append(res.seg_id)
-                        plan.new_blocks += res.n - seg.n
-                prev = res if is_new else seg.seg_id
+                        plan.new_blocks += res.n - n_old
+                prev = res if is_new else best[1]
                 ws += S
             elif self._reclaim_epoch:
                 s = layer.new_segment(ws, xw, xm[ws:ws + S], assign_id=False)

@@ -353,11 +353,6 @@ class SegmentLayer:
         """Decode a raw record read under ``seg_id`` (None if absent or corrupt, counted)."""
         return self._decode(seg_id, raw)
 
-    def verified(self, raw) -> Segment:
-        """The segment of a record :func:`verify_raws` accepted (no second checksum pass)."""
-        return Segment(*_segments.views(raw if isinstance(raw, bytes) else bytes(raw),
-                                        self.meta_size))
-
     def read_many(self, seg_ids) -> list[Segment | None]:
         """Segments for ``seg_ids`` in order, with ONE ``store.get_many`` call."""
         ids = seg_ids.tolist() if isinstance(seg_ids, np.ndarray) else [int(i) for i in seg_ids]
@@ -413,9 +408,28 @@ class SegmentLayer:
         if shared == n:
             return seg, False
         ids, metas = _segments.splice(seg.ids, seg.metas, query_ids, query_metas, shared, self.S)
-        if shared == seg.n:
-            return Segment(seg.seg_id, seg.start, ids, metas), False
-        return Segment(self.new_id() if assign_id else 0, seg.start, ids, metas), True
+        return self._spliced(seg.seg_id, seg.start, seg.n, ids, metas, shared, assign_id)
+
+    def extend_or_copy_raw(self, raw: bytes, query_ids, query_metas, shared: int,
+                           assign_id: bool = True) -> tuple[Segment | None, bool, int]:
+        """:meth:`extend_or_copy` of the segment in ``raw``, a record verification
+        accepted, spliced straight from the record: ``(segment, is_new, n)`` with ``n``
+        the stored segment's block count, and no segment (None) when the query adds
+        nothing to it."""
+        if shared == min(len(query_ids), self.S):
+            return None, False, 0
+        seg_id, start, n_old, ids, metas = _segments.splice_record(
+            raw if type(raw) is bytes else bytes(raw), query_ids, query_metas, shared, self.S,
+            self.meta_size)
+        seg, is_new = self._spliced(seg_id, start, n_old, ids, metas, shared, assign_id)
+        return seg, is_new, n_old
+
+    def _spliced(self, seg_id, start, n_old, ids, metas, shared, assign_id):
+        """The segment a splice of ``shared`` stored blocks made: the same id extended
+        in place when it shared the whole stored segment, else a new one."""
+        if shared == n_old:
+            return Segment(seg_id, start, ids, metas), False
+        return Segment(self.new_id() if assign_id else 0, start, ids, metas), True
 
     def new_segment(self, start: int, ids, metas, assign_id: bool = True) -> Segment:
         """A fresh segment for blocks ``ids`` at window start ``start`` (id 0 without

@@ -93,24 +93,45 @@ def test_splice_equals_reference(seg, data):
                  np.uint64)
     qm = np.arange(nq * ms, dtype=np.uint8).reshape(nq, ms)
     shared = data.draw(st.integers(0, 16))
+    raw = encode_segment(seg, ms)
     outs = []
-    for splice in (_segments.splice, _ref.splice):
+    # splice_record splices straight from the encoded record: the same arrays, and the
+    # record's header besides
+    for splice in (_segments.splice, _ref.splice, _segments.splice_record, _ref.splice_record):
         try:
-            outs.append(splice(seg.ids, seg.metas, q, qm, shared, S))
+            if splice in (_segments.splice, _ref.splice):
+                outs.append(splice(seg.ids, seg.metas, q, qm, shared, S))
+            else:
+                sid, start, n_old, *arrays = splice(raw, q, qm, shared, S, ms)
+                assert (sid, start, n_old) == (seg.seg_id, seg.start, seg.n)
+                outs.append(tuple(arrays))
         except ValueError as e:
             outs.append(str(e))
     if isinstance(outs[0], str):
-        assert outs[0] == outs[1] and "shared=" in outs[0]
+        assert len(set(outs)) == 1 and "shared=" in outs[0]
         assert shared > min(seg.n, nq, S)
         return
-    (ia, ma), (ib, mb) = outs
     n = min(nq, S)
+    ia, ma = outs[0]
+    for ib, mb in outs[1:]:
+        assert ib.dtype == np.uint64 and mb.dtype == np.uint8 and mb.shape == (n, ms)
+        assert np.array_equal(ia, ib) and np.array_equal(ma, mb)
     assert ia.dtype == np.uint64 and ma.dtype == np.uint8 and ma.shape == (n, ms)
-    assert np.array_equal(ia, ib) and np.array_equal(ma, mb)
     assert np.array_equal(ia[:shared], seg.ids[:shared])
     assert np.array_equal(ia[shared:], q[shared:n])
     assert np.array_equal(ma[:shared], seg.metas[:shared])
     assert np.array_equal(ma[shared:], qm[shared:n])
+
+
+def test_splice_record_refuses_a_cut_record():
+    raw = encode_segment(Segment(3, 0, np.arange(4, dtype=np.uint64),
+                                 np.zeros((4, 2), np.uint8)), 2)
+    q, qm = np.arange(4, dtype=np.uint64), np.ones((4, 2), np.uint8)
+    for splice in (_segments.splice_record, _ref.splice_record):
+        with pytest.raises(ValueError, match="record (length|shorter)"):
+            splice(raw[:-1], q, qm, 2, 8, 2)
+        with pytest.raises(ValueError, match="record (length|shorter)"):
+            splice(raw[:10], q, qm, 2, 8, 2)
 
 
 def test_layout_is_columnar():
@@ -274,6 +295,28 @@ def test_extend_in_place_and_copy_on_diverge():
     assert ext.ids.tolist() == [1, 2, 3, 4, 5, 6, 7, 8]     # the original is untouched
     with pytest.raises(ValueError):
         layer.extend_or_copy(seg, q, qm, 5)
+
+
+def test_extend_or_copy_raw_is_extend_or_copy_of_the_record():
+    """The same segments as :meth:`extend_or_copy` of the decoded record, with the stored
+    block count; nothing (None) when the query adds no block."""
+    layer = SegmentLayer(MemoryStore(), 8, 2)
+    seg = layer.new_segment(8, np.array([1, 2, 3], np.uint64), np.full((3, 2), 1, np.uint8))
+    raw = encode_segment(seg, 2)
+    q = np.array([1, 2, 3, 4, 5, 6, 7, 8, 9, 10], np.uint64)
+    qm = np.full((10, 2), 2, np.uint8)
+    assert layer.extend_or_copy_raw(raw, q[:2], qm[:2], 2) == (None, False, 0)
+    ext, new, n_old = layer.extend_or_copy_raw(bytearray(raw), q, qm, 3)
+    want, want_new = layer.extend_or_copy(seg, q, qm, 3)
+    assert (new, n_old) == (want_new, 3) and ext.seg_id == seg.seg_id
+    assert ext.ids.tolist() == want.ids.tolist() and ext.metas.tolist() == want.metas.tolist()
+    nxt = layer.next_id
+    cp, new, n_old = layer.extend_or_copy_raw(raw, np.array([1, 9], np.uint64), qm[:2], 1,
+                                              assign_id=False)
+    assert new and n_old == 3 and cp.seg_id == 0 and layer.next_id == nxt and cp.start == 8
+    assert cp.ids.tolist() == [1, 9] and cp.metas.tolist() == [[1, 1], [2, 2]]
+    with pytest.raises(ValueError):
+        layer.extend_or_copy_raw(raw, q, qm, 5)
 
 
 def test_plans_take_ids_only_when_they_publish():
