@@ -29,10 +29,12 @@ oracle *of that run*, as the paper's Fig. 9 does):
 ``sarp`` runs with ``backfill=sync`` unless told otherwise: back-fill jobs
 then publish inside the insert that triggered them, so a sweep's hit rates
 and candidate counts are the same on every run (with the background worker
-they depend on thread timing).  The cost that charges sarp, measured on
-codeact at ``--scale paper`` (RocksDB direct reads, 10% rule, median of 3):
-mean insert 125 us with ``backfill=sync`` against 114 us with
-``sarp+backfill=background``, at the same request throughput (0.99x).
+they depend on thread timing).  The paper runs back-fill in a background
+worker, off the insert path (section 4); what sync costs sarp, measured on
+codeact at ``--scale paper`` (RocksDB direct reads, 10% rule, the two
+interleaved with segment-radix-capped in turns of 50 requests, median of 3):
+mean insert 105.96 us with ``backfill=sync`` against 91.55 us with
+``sarp+backfill=background`` (capped 91.91 us), request throughput 0.97x.
 
 **Cache rule.**  ``cache_rule="paper"`` applies the paper's budget (section
 6.1): every SSD-backed strategy's engine gets 10% (``cache_fraction``) of
