@@ -240,6 +240,11 @@ def replay(strategy: IndexStrategy, workload: Workload, *, oracle: IndexStrategy
             return done.value
 
 
+def _run_length(workload: Workload, limit: int | None) -> int:
+    """Requests a one-thread replay of ``workload`` runs under ``limit``."""
+    return len(workload) if limit is None else min(limit, len(workload))
+
+
 def _replay_steps(strategy: IndexStrategy, workload: Workload, *, oracle=None,
                   limit: int | None = None, quiet: bool = True, desc: str = "replay",
                   freeze_gc: bool = True, check: bool = True, status_every: float = 0.0,
@@ -251,7 +256,7 @@ def _replay_steps(strategy: IndexStrategy, workload: Workload, *, oracle=None,
     if oracle is None and check:
         oracle = make_oracle(strategy.meta_size)
     res = ReplayResult()
-    total = len(workload) if limit is None else min(limit, len(workload))
+    total = _run_length(workload, limit)
     match_ns = np.zeros(total, dtype=np.int64)
     insert_ns = np.zeros(total, dtype=np.int64)
     query_blocks = np.zeros(total, dtype=np.int64)
@@ -359,8 +364,7 @@ def replay_interleaved(runs: list[dict], step: int, *, quiet: bool = True,
     gens = [_replay_steps(**{"quiet": True, **run, "freeze_gc": False, "step": step})
             for run in runs]
     results: list = [None] * len(gens)
-    total = sum(len(r["workload"]) if r.get("limit") is None
-                else min(r["limit"], len(r["workload"])) for r in runs)
+    total = sum(_run_length(r["workload"], r.get("limit")) for r in runs)
     done_so_far = [0] * len(gens)
     bar = progress(total, desc, quiet)
     try:

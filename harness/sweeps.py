@@ -1025,24 +1025,23 @@ def _open_setting(cfg: SweepConfig, setting: Setting, workload, cache_bytes: int
                   quiet: bool, desc: str, threaded: bool, counting: Counting | None,
                   load_requests: int) -> _Opened:
     """A fresh store for ``setting`` with its own oracle, the first ``load_requests``
-    requests loaded untimed (needs ``counting``); its run phase is the workload's rest."""
+    requests loaded untimed (needs ``counting``); its run phase is the workload's rest,
+    up to ``cfg.limit`` requests."""
     built = build(setting.strategy, cfg.engine, strategy_options=setting.options,
                   store_dir=None, cache_bytes=cache_bytes, direct_io=cfg.direct_io,
                   durability=cfg.durability, engine_options=_run_engine_options(cfg),
                   block_tokens=workload.block_size)
     oracle = make_oracle(built.strategy.meta_size)
     settle = 0.0
-    run = workload
     try:
-        if load_requests or threaded:
-            it = iter(workload.requests())
-            if load_requests:
-                settle = load_phase(built.strategy, oracle, it, counting.known, load_requests,
-                                    block_metas=threaded, quiet=quiet, desc=desc)
-            n = len(workload) - load_requests
-            if cfg.limit is not None:
-                n = min(n, cfg.limit)
-            run = _Tail(workload, it, n)
+        it = iter(workload.requests())
+        if load_requests:
+            settle = load_phase(built.strategy, oracle, it, counting.known, load_requests,
+                                block_metas=threaded, quiet=quiet, desc=desc)
+        n = len(workload) - load_requests
+        if cfg.limit is not None:
+            n = min(n, cfg.limit)
+        run = _Tail(workload, it, n)
     except BaseException:
         oracle.close()
         built.close()
@@ -1066,9 +1065,8 @@ def run_setting(cfg: SweepConfig, setting: Setting, workload, cache_bytes: int, 
     try:
         strategy, oracle = opened.built.strategy, opened.oracle
         if not threaded:
-            limit = cfg.limit if opened.workload is workload else None
-            res = replay(strategy, opened.workload, oracle=oracle, limit=limit, quiet=quiet,
-                         desc=desc, **_breakdown_kw(cfg))
+            res = replay(strategy, opened.workload, oracle=oracle, quiet=quiet, desc=desc,
+                         **_breakdown_kw(cfg))
         else:
             res = replay(strategy, opened.workload, threads=threads, threaded=True,
                          oracle=oracle, quiet=quiet, desc=f"{desc} x{threads}",
@@ -1094,7 +1092,6 @@ def run_interleaved(cfg: SweepConfig, settings: list, workload, cache_bytes: int
                 desc=f"[{first + k}/{total_runs}] {s.label}", threaded=False,
                 counting=counting, load_requests=load_requests))
         runs = [dict(strategy=o.built.strategy, workload=o.workload, oracle=o.oracle,
-                     limit=cfg.limit if o.workload is workload else None,
                      **_breakdown_kw(cfg)) for o in opened]
         results = replay_interleaved(
             runs, cfg.interleave, quiet=quiet,

@@ -73,6 +73,23 @@ def encode(uint64_t seg_id, uint64_t start, ids, metas, Py_ssize_t meta_size):
     return out
 
 
+cdef Py_ssize_t _header(bytes raw, Py_ssize_t meta_size, uint64_t* seg_id,
+                        uint64_t* start) except -1:
+    """The block count of a record :func:`verify_raws` accepted, its id and start put
+    in ``seg_id``/``start``; only the length is re-checked (no checksum pass)."""
+    cdef Py_ssize_t ln = len(raw)
+    cdef uint32_t cnt
+    if ln < HEADER:
+        raise ValueError("record shorter than its header")
+    cdef const uint8_t* p = <const uint8_t*>PyBytes_AS_STRING(raw)
+    memcpy(&cnt, p + 8, 4)
+    memcpy(seg_id, p + 16, 8)
+    memcpy(start, p + 24, 8)
+    if ln != HEADER + <Py_ssize_t>cnt * (8 + meta_size):
+        raise ValueError("record length does not match its block count")
+    return cnt
+
+
 cdef tuple _splice(const uint8_t* ids, const uint8_t* metas, Py_ssize_t na, qids, qmetas,
                    Py_ssize_t shared, Py_ssize_t S, Py_ssize_t ms):
     """``(ids, metas)`` new arrays: the first ``shared`` of ``na`` stored blocks (their
@@ -118,18 +135,9 @@ def splice_record(bytes raw, qids, qmetas, Py_ssize_t shared, Py_ssize_t S,
     """``(seg_id, start, n, ids, metas)``: the header of a record :func:`verify_raws`
     accepted (``n`` its block count) and :func:`splice` of its blocks with the query's,
     copied straight from the record (no views of it are made)."""
-    cdef Py_ssize_t ln = len(raw)
-    cdef uint32_t cnt
     cdef uint64_t seg_id, start
-    if ln < HEADER:
-        raise ValueError("record shorter than its header")
+    cdef Py_ssize_t na = _header(raw, meta_size, &seg_id, &start)
     cdef const uint8_t* p = <const uint8_t*>PyBytes_AS_STRING(raw)
-    memcpy(&cnt, p + 8, 4)
-    memcpy(&seg_id, p + 16, 8)
-    memcpy(&start, p + 24, 8)
-    cdef Py_ssize_t na = cnt
-    if ln != HEADER + na * (8 + meta_size):
-        raise ValueError("record length does not match its block count")
     oi, om = _splice(p + HEADER, p + HEADER + na * 8, na, qids, qmetas, shared, S, meta_size)
     return seg_id, start, na, oi, om
 
@@ -253,17 +261,8 @@ def verify_raws(list raws, seg_ids, qw, uint64_t ws, Py_ssize_t S, Py_ssize_t me
 def views(bytes raw, Py_ssize_t meta_size):
     """``(seg_id, start, ids, metas)`` views of a record :func:`verify_raws` accepted
     (no second checksum pass; only the length is re-checked)."""
-    cdef Py_ssize_t n = len(raw)
-    cdef uint32_t cnt
     cdef uint64_t seg_id, start
-    if n < HEADER:
-        raise ValueError("record shorter than its header")
-    cdef const uint8_t* p = <const uint8_t*>PyBytes_AS_STRING(raw)
-    memcpy(&cnt, p + 8, 4)
-    memcpy(&seg_id, p + 16, 8)
-    memcpy(&start, p + 24, 8)
-    if n != HEADER + <Py_ssize_t>cnt * (8 + meta_size):
-        raise ValueError("record length does not match its block count")
+    cdef Py_ssize_t cnt = _header(raw, meta_size, &seg_id, &start)
     return (seg_id, start, *_record_arrays(raw, cnt, meta_size))
 
 
