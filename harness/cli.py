@@ -253,6 +253,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "and load every setting first (all held at once), then let their timed "
                    "runs take turns, N requests each, so load from other tenants of a shared "
                    "machine falls on every setting alike (default: 0, one after another)")
+    g.add_argument("--no-device-probe", dest="device_probe", action="store_false",
+                   default=None, help="--threads with --direct-io: skip measuring what the "
+                   "device alone gives those thread counts (4 KiB random direct reads, about "
+                   "10 s and a 1 GiB scratch file where the stores go)")
     g.add_argument("--force", action="store_true", help="--scale paper: run the full paper "
                    "size even where the pre-flight estimate of disk and memory says it does "
                    "not fit; other sizes: run even where the workload will not fit")
@@ -717,7 +721,7 @@ def cmd_sweep(args, leftover, argv, quiet):
         repeat=args.repeat, threads=args.threads, cap_rule=args.cap_rule,
         cap_entries=args.cap_entries, cap_recoveries=args.cap_recoveries,
         cap_cache=args.cap_cache, breakdown=args.breakdown, force=args.force,
-        interleave=args.interleave)
+        interleave=args.interleave, device_probe=args.device_probe)
     if cfg.scale != "paper":             # --scale paper sizes itself to what fits
         from prefixbench.harness import preflight
         preflight.check_replay(f"sweep {args.kind}", sweeps.strategy_names(cfg.strategies),
@@ -744,6 +748,7 @@ def _sweep_capacity(args, quiet):
                           ("--run-requests", args.run_requests), ("--repeat", args.repeat),
                           ("--threads", args.threads), ("--cap-rule", args.cap_rule),
                           ("--interleave", args.interleave),
+                          ("--no-device-probe", False if args.device_probe is False else None),
                           ("--breakdown", args.breakdown or None)):
         if given is not None:
             raise ConfigError(f"option {option}: the capacity sweep does not take it")

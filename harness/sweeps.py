@@ -100,6 +100,10 @@ after rocksdict's multi-get, 25% in ``pread64`` and under 1% on RocksDB's
 mutexes: the reads overlap, and what serialises is the GIL-held rest (sarp's
 planning, publishing and registration, and rocksdict's writes, which keep
 the GIL).
+With direct I/O the sweep first measures what the device alone gives the
+same thread counts (:mod:`prefixbench.harness.deviceprobe`, metadata
+``device_probe``): rocksdict's multi-get reads one block after another, so a
+setting that mostly waits on device reads scales at most about that much.
 
 **Interleaving** (strategies sweep, one request thread).  ``interleave=N``
 builds and loads every setting first and holds them all at once (the
@@ -251,6 +255,15 @@ class SweepConfig:
     force: bool = False
     #: requests per turn when the settings' timed runs take turns (0: one after another)
     interleave: int = 0
+    #: with several thread counts and direct I/O: measure what the device alone gives
+    #: those counts (:mod:`prefixbench.harness.deviceprobe`)
+    device_probe: bool = True
+
+    @property
+    def probes_device(self) -> bool:
+        """Whether this sweep measures the device's own thread scaling."""
+        return (self.device_probe and self.kind == "strategies" and len(self.threads) > 1
+                and self.direct_io)
 
     @property
     def threaded(self) -> bool:
@@ -266,7 +279,7 @@ class SweepConfig:
                 "scale": self.scale, "run_requests": self.run_requests if
                 self.scale == "paper" else None, "repeat": self.repeat,
                 "threads": list(self.threads), "cap_rule": self.cap_rule,
-                "interleave": self.interleave}
+                "interleave": self.interleave, "device_probe": self.probes_device}
 
 
 def _int_list(option: str, text: str, *, allow_unlimited: bool) -> tuple:
@@ -384,7 +397,7 @@ def make_config(kind: str, *, workload: str, workload_options: dict | None = Non
                 scale: str | None = None, run_requests=None, repeat=None, threads=None,
                 cap_rule: str | None = None, cap_entries=None, cap_recoveries=None,
                 cap_cache: str | None = None, breakdown: bool = False,
-                force: bool = False, interleave=None) -> SweepConfig:
+                force: bool = False, interleave=None, device_probe=None) -> SweepConfig:
     """Check the user's text and build a :class:`SweepConfig`; every problem is one
     :class:`ConfigError` line, raised before any replay starts."""
     if kind not in KINDS:
@@ -408,7 +421,8 @@ def make_config(kind: str, *, workload: str, workload_options: dict | None = Non
     thread_counts = _thread_counts(threads)
     for option, given in (("--repeat", repeat != 1), ("--threads", thread_counts != (1,)),
                           ("--cap-rule", cap_rule is not None),
-                          ("--interleave", interleave is not None)):
+                          ("--interleave", interleave is not None),
+                          ("--no-device-probe", device_probe is False)):
         if given and kind != "strategies":
             raise ConfigError(f"option {option}: only the strategies sweep takes {option}")
     # 0 (or left out): the settings run one after another
@@ -476,7 +490,7 @@ def make_config(kind: str, *, workload: str, workload_options: dict | None = Non
                                                  strategy_names(names)),
         backfill=backfill, scale=scale, run_requests=run_requests, repeat=repeat,
         threads=thread_counts, breakdown=bool(breakdown), force=bool(force),
-        interleave=interleave)
+        interleave=interleave, device_probe=device_probe is not False)
     _cap_config(cfg, cap_rule, cap_entries, cap_recoveries, cap_cache)
     if cfg.scale == "paper":
         _paper_workload_options(cfg, fraction=1.0)      # the workload has a paper size
@@ -713,6 +727,8 @@ class SweepResult:
     cap_choice: object = None
     #: the trace's share of spans with > 3 alternatives (None: not measured)
     span_share: float | None = None
+    #: what the device alone gives the sweep's thread counts (None: not probed)
+    device: object = None
 
     def __post_init__(self):
         if not self.all_rows:
@@ -1234,6 +1250,7 @@ def run_sweep(cfg: SweepConfig, *, quiet: bool = True) -> SweepResult:
     if cfg.cap_rule == "paper":
         choice = _choose_cap(cfg, wl_options, cache, quiet)
     settings = plan(cfg, cap_fraction=choice.fraction if choice is not None else None)
+    device = _probe_device(cfg, quiet) if cfg.probes_device else None
     runs = []
     total_runs = cfg.repeat * len(cfg.threads) * len(settings)
     k = 0
@@ -1258,7 +1275,18 @@ def run_sweep(cfg: SweepConfig, *, quiet: bool = True) -> SweepResult:
         from prefixbench.workloads.describe import describe
         spans = float(describe(workload)["span_share_gt3"])
     return SweepResult(cfg, first, sizing, cache, all_rows=runs, paper=paper,
-                       cap_choice=choice, span_share=spans)
+                       cap_choice=choice, span_share=spans, device=device)
+
+
+def _probe_device(cfg: SweepConfig, quiet: bool):
+    """The device's own scaling over the sweep's thread counts, where the stores go."""
+    from prefixbench.harness import deviceprobe
+    bar = progress(deviceprobe.DEFAULT_ROUNDS * len(cfg.threads),
+                   "device probe (4 KiB random direct reads)", quiet, unit="step")
+    try:
+        return deviceprobe.probe_device(None, cfg.threads, on_step=lambda: bar.update(1))
+    finally:
+        bar.close()
 
 
 def _stats(vals) -> tuple:
@@ -1309,6 +1337,8 @@ def _sweep_metadata(res: SweepResult) -> dict:
         md.update(_scalar_metadata(res.cap_choice.metadata()))
     if res.span_share is not None:
         md["span_share_gt3"] = round(res.span_share, 6)
+    if res.device is not None:
+        md["device_probe"] = json.dumps(res.device.metadata(), separators=(",", ":"))
     if res.config.kind == "strategies":
         md.update({"paper_request_threads": PAPER_REQUEST_THREADS,
                    "paper_rocksdb_threads": PAPER_ROCKSDB_THREADS,

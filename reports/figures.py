@@ -25,6 +25,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from prefixbench.reports.plots import Panel, Series, point, scaled
+from prefixbench.reports.show import device_line
 from prefixbench.reports.tables import fmt_bytes, fmt_seconds
 
 US = 1e6
@@ -447,7 +448,9 @@ def fig11(results, paper, opts):
                             xlabel="request threads", log=False)],
                      ("run", "threads", "requests/s", "speedup"), rows, rs, comps,
                      [f"this machine ran {', '.join(map(str, cats))} threads; the paper's 42-"
-                      "thread speedups stand beside them as context"])
+                      "thread speedups stand beside them as context"]
+                     + [f"{r.workload()}: {d}" for r in rs
+                        if (d := device_line(r.first().get("device_probe")))])
 
 
 # ---------------------------------------------------------------- Fig. 8, Table 1 (recovery)

@@ -29,6 +29,30 @@ def karp_flatt(speedup: float, p: float) -> float:
     return (1 / speedup - 1 / p) / (1 - 1 / p)
 
 
+def device_line(text) -> str:
+    """The device probe's figures as one line ('' when the sweep did not probe):
+    the most a setting that keeps one device read in flight per thread can scale."""
+    if not isinstance(text, str):
+        return ""
+    try:
+        d = json.loads(text)
+        if d.get("skipped"):
+            return f"device alone: not measured ({d['skipped']})."
+        counts, rounds = list(d["threads"]), d["rounds"]
+        rates = [statistics.median(r[i] for r in rounds) for i in range(len(counts))]
+        parts = [f"{rates[0]:,.0f} reads/s at {counts[0]} thread{'s' if counts[0] > 1 else ''}"]
+        for i in range(1, len(counts)):
+            sc = [r[i] / r[0] for r in rounds if r[0] > 0]
+            parts.append(f"{rates[i]:,.0f} at {counts[i]} ({statistics.median(sc):.2f}x, "
+                         f"{min(sc):.2f}-{max(sc):.2f}x)")
+        return (f"device alone ({d['block_bytes'] // 1024} KiB random O_DIRECT reads in "
+                f"{d['directory']}, {len(rounds)} rounds of {d['seconds']:g} s, scaling taken "
+                f"within each round): {', '.join(parts)}; a setting whose threads each wait "
+                "on one device read at a time scales at most about this much.")
+    except (ValueError, KeyError, TypeError, IndexError, ZeroDivisionError):
+        return "device alone: unreadable probe figures in the metadata."
+
+
 def amdahl_text(e: float) -> str:
     """``1/e`` as a speedup bound, for tables."""
     if e != e:

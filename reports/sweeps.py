@@ -19,7 +19,7 @@ import statistics
 
 from prefixbench import phases
 from prefixbench.reports.breakdown import format_breakdown
-from prefixbench.reports.show import amdahl_text, cell, karp_flatt
+from prefixbench.reports.show import amdahl_text, cell, device_line, karp_flatt
 from prefixbench.reports.tables import fmt_bytes, fmt_seconds, format_table
 
 #: bytes per indexed block of the paper's uncompressed logical store (8-byte key + metadata)
@@ -484,6 +484,7 @@ def threads_table(res, counts: list) -> str:
     if isinstance(md.get("paper_request_threads"), int):
         paper = (f" the paper ran {md['paper_request_threads']} request threads and "
                  f"{md.get('paper_rocksdb_threads', '?')} RocksDB threads;")
+    device = device_line(md.get("device_probe"))
     return (f"\nrequest threads side by side (paper Fig. 11):{paper} this machine has "
             f"{md.get('cpu_count', '?')} cores.  Every count ran on the request-thread "
             f"path (throughput = requests / wall time).\n"
@@ -491,7 +492,8 @@ def threads_table(res, counts: list) -> str:
             + "\nserial frac: Karp-Flatt e = (1/s - 1/p) / (1 - 1/p) from the median speedup "
               "s at p times the threads; Amdahl bound: 1/e, the most any thread count gives."
             + ("  cores busy: process CPU seconds (request threads and the engine's own) per "
-               "wall second of the timed requests." if busy else ""))
+               "wall second of the timed requests." if busy else "")
+            + (f"\n{device}" if device else ""))
 
 
 class SuiteReplay:
