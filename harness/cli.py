@@ -134,6 +134,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_store_options(p)
     p.add_argument("--threads", default="1,2,4,8",
                    help="comma-separated thread counts (default: %(default)s)")
+    p.add_argument("--no-device-probe", dest="device_probe", action="store_false",
+                   help="with --direct-io: skip measuring what the device alone gives these "
+                   "thread counts (4 KiB random direct reads, about 10 s and a 1 GiB "
+                   "scratch file where the stores go)")
     p.add_argument("--force", action="store_true", help="run even when the pre-flight "
                    "estimate says the workload's index will not fit in disk or memory")
     p.add_argument("-o", "--output", help="pyperf JSON output (times; counts go to OUT.counts.json)")
@@ -590,9 +594,13 @@ def cmd_scale(args, leftover, argv, quiet):
                            spec.workload_options, cache_bytes=spec.cache_bytes,
                            limit=spec.limit, force=args.force,
                            engine_options=spec.engine_options)
+    device = scaling.probe_device(counts, quiet) \
+        if args.device_probe and spec.direct_io and len(counts) > 1 else None
     rows = scaling.scale(spec, counts, quiet)
     from prefixbench.harness.reporting import table_of
     md = pyperf_io.run_metadata(spec.strategy, spec.engine, spec.workload, spec.config())
+    if device is not None:
+        md["device_probe"] = json.dumps(device.metadata(), separators=(",", ":"))
     times, cnts = scaling.scale_suites(rows, md, spec)
     if args.output:
         pyperf_io.write_suite(args.output, times)

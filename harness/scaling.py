@@ -8,7 +8,10 @@ parts of its requests ran without it: the strategy's compiled parts that
 release it (:attr:`IndexStrategy.gil_free_parts`; none in pure-Python mode)
 and, counted from the run's store statistics, how many of its store calls went
 through a binding call that releases it (:attr:`SegmentStore.gil_free_calls`,
-e.g. rocksdict releases it only in batch gets).
+e.g. rocksdict releases it only in batch gets).  With direct I/O it first
+measures what the device alone gives the same thread counts
+(:func:`probe_device`): a strategy that waits on device reads scales at most
+about that much.
 """
 from __future__ import annotations
 
@@ -40,6 +43,18 @@ def scale(spec: RunSpec, thread_counts: list[int], quiet: bool) -> list[tuple[in
         bar.update(1)
     bar.close()
     return rows
+
+
+def probe_device(counts, quiet: bool):
+    """What the device alone gives ``counts`` threads of 4 KiB random direct reads
+    (:mod:`prefixbench.harness.deviceprobe`), where the stores go, with a progress bar."""
+    from prefixbench.harness import deviceprobe
+    bar = progress(deviceprobe.DEFAULT_ROUNDS * len(counts),
+                   "device probe (4 KiB random direct reads)", quiet, unit="step")
+    try:
+        return deviceprobe.probe_device(None, counts, on_step=lambda: bar.update(1))
+    finally:
+        bar.close()
 
 
 def gil_free_calls(result: ReplayResult, calls: frozenset) -> dict:

@@ -1280,13 +1280,8 @@ def run_sweep(cfg: SweepConfig, *, quiet: bool = True) -> SweepResult:
 
 def _probe_device(cfg: SweepConfig, quiet: bool):
     """The device's own scaling over the sweep's thread counts, where the stores go."""
-    from prefixbench.harness import deviceprobe
-    bar = progress(deviceprobe.DEFAULT_ROUNDS * len(cfg.threads),
-                   "device probe (4 KiB random direct reads)", quiet, unit="step")
-    try:
-        return deviceprobe.probe_device(None, cfg.threads, on_step=lambda: bar.update(1))
-    finally:
-        bar.close()
+    from prefixbench.harness.scaling import probe_device
+    return probe_device(cfg.threads, quiet)
 
 
 def _stats(vals) -> tuple:

@@ -182,6 +182,9 @@ def format_scale(res) -> str:
                          "insert p99", "hit rate", "false hits"), table)
            + f"\nserial frac: Karp-Flatt e = (1/s - 1/p) / (1 - 1/p), s the speedup over "
              f"{n0} thread{'s' if n0 > 1 else ''} at p times as many; Amdahl bound: 1/e.")
+    device = device_line(res.first().get("device_probe"))
+    if device:
+        out += "\n" + device
     gil = [(n, res.md(None, n).get("gil_free")) for n in counts]
     if any(g for _, g in gil):
         out += "\nwithout the GIL (Python glue between these parts always holds it):\n"

@@ -119,3 +119,38 @@ def test_the_sweep_stores_the_probe_and_prints_its_line(monkeypatch):
     res = sweeps.run_sweep(_cfg(threads="1,2"))
     assert "device alone" not in res.table()
     assert "device_probe" not in res.suites()[0][0].get_metadata()
+
+
+def _fake_probe(monkeypatch, seen):
+    def fake(directory, threads, on_step=None):
+        seen.append(tuple(threads))
+        return deviceprobe.DeviceScaling("/tmp", tuple(threads), 1 << 30, 1.0,
+                                         rounds=[[10.0, 16.0]] * 3)
+    monkeypatch.setattr(deviceprobe, "probe_device", fake)
+
+
+def test_scale_prints_and_stores_the_probe_with_direct_io(run_cli, tmp_path, monkeypatch):
+    seen = []
+    _fake_probe(monkeypatch, seen)
+    out_json = tmp_path / "scale.json"
+    code, out, err = run_cli("--quiet", "scale", "-s", "ssd-blockhash", "-w", "codeact",
+                             "-W", "sessions=8", "-e", "rocksdb", "--direct-io",
+                             "--threads", "1,2", "-o", str(out_json))
+    assert code == 0, err
+    assert seen == [(1, 2)]
+    assert "10 reads/s at 1 thread, 16 at 2 (1.60x, 1.60-1.60x)" in out
+    suite = json.loads(out_json.read_text())
+    md = suite["metadata"] if "device_probe" in suite.get("metadata", {}) else \
+        suite["benchmarks"][0]["metadata"]
+    assert json.loads(md["device_probe"])["threads"] == [1, 2]
+
+
+@pytest.mark.parametrize("args", [[], ["--direct-io", "--no-device-probe"]])
+def test_scale_without_direct_io_or_with_no_device_probe_does_not_probe(run_cli, monkeypatch,
+                                                                       args):
+    seen = []
+    _fake_probe(monkeypatch, seen)
+    code, out, err = run_cli("--quiet", "scale", "-s", "ssd-blockhash", "-w", "codeact",
+                             "-W", "sessions=8", "-e", "rocksdb", *args, "--threads", "1,2")
+    assert code == 0, err
+    assert seen == [] and "device alone" not in out
