@@ -253,10 +253,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--threads", metavar="LIST", help="comma-separated request-thread counts, "
                    "shown side by side with speedup, serial fraction and Amdahl bound "
                    "(default: 1)")
-    g.add_argument("--interleave", metavar="N", help="strategies, one request thread: build "
-                   "and load every setting first (all held at once), then let their timed "
-                   "runs take turns, N requests each, so load from other tenants of a shared "
-                   "machine falls on every setting alike (default: 0, one after another)")
+    g.add_argument("--interleave", metavar="N", help="strategies: build and load every "
+                   "setting first, at every --threads count (all held at once), then let "
+                   "their timed runs take turns, N requests each, so load from other tenants "
+                   "of a shared machine falls on every setting alike (default: 0, one after "
+                   "another)")
     g.add_argument("--no-device-probe", dest="device_probe", action="store_false",
                    default=None, help="--threads with --direct-io: skip measuring what the "
                    "device alone gives those thread counts (4 KiB random direct reads, about "

@@ -24,6 +24,7 @@ without it.
 from __future__ import annotations
 
 import gc
+import itertools
 import threading
 import time
 from dataclasses import dataclass, field
@@ -348,10 +349,12 @@ def _replay_steps(strategy: IndexStrategy, workload: Workload, *, oracle=None,
 
 def replay_interleaved(runs: list[dict], step: int, *, quiet: bool = True,
                        desc: str = "interleaved", freeze_gc: bool = True) -> list[ReplayResult]:
-    """One-thread replays that take turns, ``step`` requests each, until all are done.
+    """Replays that take turns, ``step`` requests each, until all are done.
 
     Each of ``runs`` holds :func:`replay`'s keywords for one replay (``strategy``,
-    ``workload``, ``oracle``, ``breakdown``, ...).  On a shared machine, load that
+    ``workload``, ``oracle``, ``breakdown``, ``threads`` and ``threaded`` for
+    request threads, whose turns every thread shares equally: see
+    :func:`_threaded_steps`, ...).  On a shared machine, load that
     comes and goes then falls on every replay alike, so their ratios hold where one
     replay after the other would compare different minutes.  Each replay's
     latencies, wall and CPU time count only its own turns (the CPU time is the
@@ -361,8 +364,7 @@ def replay_interleaved(runs: list[dict], step: int, *, quiet: bool = True,
         raise ValueError("replay_interleaved: step must be >= 1")
     was_on = phases.enabled()
     mode = _quiet_gc(freeze_gc)
-    gens = [_replay_steps(**{"quiet": True, **run, "freeze_gc": False, "step": step})
-            for run in runs]
+    gens = [_steps({"quiet": True, **run, "freeze_gc": False, "step": step}) for run in runs]
     results: list = [None] * len(gens)
     total = sum(_run_length(r["workload"], r.get("limit")) for r in runs)
     done_so_far = [0] * len(gens)
@@ -388,6 +390,16 @@ def replay_interleaved(runs: list[dict], step: int, *, quiet: bool = True,
     for r in results:
         r.gc_mode = mode
     return results
+
+
+def _steps(kw: dict):
+    """The replay generator ``kw`` asks for: request threads (``threads``, ``threaded``)
+    or the one-thread replay."""
+    threaded = kw.pop("threaded", False)
+    if threaded or kw.get("threads", 1) > 1:
+        return _threaded_steps(**kw)
+    kw.pop("threads", None)
+    return _replay_steps(**kw)
 
 
 class _Breakdown:
@@ -482,6 +494,30 @@ def replay_threaded(strategy: IndexStrategy, workload: Workload, *, threads: int
     ``breakdown`` splits each latency into phases per thread (each request
     thread has its own clock; lock waits show as ``lock``).
     """
+    steps = _threaded_steps(strategy, workload, threads=threads, limit=limit, quiet=quiet,
+                            desc=desc, freeze_gc=freeze_gc, check=check,
+                            breakdown=breakdown, oracle=oracle)
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value
+
+
+def _threaded_steps(strategy: IndexStrategy, workload: Workload, *, threads: int,
+                    limit: int | None = None, quiet: bool = True, desc: str = "replay",
+                    freeze_gc: bool = True, check: bool = True, breakdown: bool = False,
+                    oracle: IndexStrategy | None = None, step: int = 0):
+    """:func:`replay_threaded` as a generator, for turns as :func:`_replay_steps`.
+
+    With ``step`` the request threads run in turns of ``step`` requests: each
+    thread takes a ticket before each request of its own sessions and stops for
+    the turn once the turn's tickets are gone, so the threads share a turn as
+    they would share the time (a thread ends a turn at most one request after
+    the others), then all wait while the generator yields the requests the turn
+    ran.  The threads live across the turns.  Timed wall time is the sum over
+    turns of first start to last end; CPU time counts only inside turns.
+    Without ``step`` there is one turn of every request: the whole run."""
     reqs = []
     for req in workload.requests():
         if limit is not None and len(reqs) >= limit:
@@ -489,6 +525,8 @@ def replay_threaded(strategy: IndexStrategy, workload: Workload, *, threads: int
         reqs.append(req)
     total = len(reqs)
     parts = [[i for i, r in enumerate(reqs) if r.session % threads == t] for t in range(threads)]
+    per_turn = step or total
+    tickets = [itertools.count()]      # this turn's: a request runs on a number < per_turn
     meta_size = strategy.meta_size
     insert_metas = [make_metas(r.insert_ids, 0, meta_size) for r in reqs]
     match_ns = np.zeros(total, dtype=np.int64)
@@ -498,69 +536,115 @@ def replay_threaded(strategy: IndexStrategy, workload: Workload, *, threads: int
     reads0 = _reads(store)
     io0 = _io(store)
     clock = time.perf_counter_ns
+    # per turn: each thread's first start and last end (0: it had nothing to run)
     starts = np.zeros(threads, dtype=np.int64)
     ends = np.zeros(threads, dtype=np.int64)
-    barrier = threading.Barrier(threads)
+    ran = np.zeros(threads, dtype=np.int64)
+    go = threading.Barrier(threads + 1)         # a turn starts
+    done_turn = threading.Barrier(threads + 1)  # every thread ended its share of it
     errors: list = []
     bar = progress(total, desc, quiet)
 
     def worker(t: int) -> None:
         reset, p_totals, p_switches = phases.reset, phases.totals, phases.switches
+        mine, at, done = parts[t], 0, 0
         try:
-            barrier.wait()
-            starts[t] = clock()
-            done = 0
-            for i in parts[t]:
-                r = reqs[i]
-                if bd:
-                    reset()
-                t0 = clock()
-                m = strategy.match(r.match_ids)
-                t1 = clock()
-                if bd:               # the insert is timed from after the clock's reset
-                    bd.record(0, i, p_totals(), p_switches())
-                    reset()
-                    t2 = clock()
-                else:
-                    t2 = t1
-                strategy.insert(r.insert_ids, insert_metas[i])
-                t3 = clock()
-                if bd:
-                    bd.record(1, i, p_totals(), p_switches())
-                match_ns[i] = t1 - t0
-                insert_ns[i] = t3 - t2
-                got[i] = m
-                done += 1
-                if done % 64 == 0:
-                    bar.update(64)
-            bar.update(done % 64)
-            ends[t] = clock()
-        except BaseException as e:  # re-raised in the caller's thread
+            while True:
+                go.wait()
+                if at >= len(mine) and stopping:
+                    bar.update(done % 64)
+                    return
+                take = tickets[0]
+                n0 = at
+                starts[t] = clock()
+                while at < len(mine) and next(take) < per_turn:
+                    i = mine[at]
+                    at += 1
+                    r = reqs[i]
+                    if bd:
+                        reset()
+                    t0 = clock()
+                    m = strategy.match(r.match_ids)
+                    t1 = clock()
+                    if bd:               # the insert is timed from after the clock's reset
+                        bd.record(0, i, p_totals(), p_switches())
+                        reset()
+                        t2 = clock()
+                    else:
+                        t2 = t1
+                    strategy.insert(r.insert_ids, insert_metas[i])
+                    t3 = clock()
+                    if bd:
+                        bd.record(1, i, p_totals(), p_switches())
+                    match_ns[i] = t1 - t0
+                    insert_ns[i] = t3 - t2
+                    got[i] = m
+                    done += 1
+                    if done % 64 == 0:
+                        bar.update(64)
+                ends[t] = clock()
+                ran[t] = at - n0
+                done_turn.wait()
+        except threading.BrokenBarrierError:
+            return
+        except BaseException as e:  # re-raised in the generator's thread
             errors.append(e)
-            barrier.abort()
+            go.abort()
+            done_turn.abort()
 
     res = ReplayResult(threads=threads)
     res.gc_mode = _quiet_gc(freeze_gc)
     t_wall = time.perf_counter()
+    stopping = False
+    timed_ns = 0
+    cpu = 0.0
+    finished = 0
     bd = _Breakdown(total) if breakdown else None      # clocks on from here to finally
+    pool = [threading.Thread(target=worker, args=(t,), name=f"request-{t}", daemon=True)
+            for t in range(threads)]
     try:
-        pool = [threading.Thread(target=worker, args=(t,), name=f"request-{t}")
-                for t in range(threads)]
-        cpu0 = time.process_time()
         for th in pool:
             th.start()
+        while True:
+            tickets[0] = itertools.count()
+            cpu0 = time.process_time()
+            try:
+                go.wait()
+                done_turn.wait()
+            except threading.BrokenBarrierError:
+                break                   # a worker failed: its error is raised below
+            cpu += time.process_time() - cpu0
+            busy = starts[ran > 0]
+            if len(busy):
+                timed_ns += int(ends[ran > 0].max() - busy.min())
+            n = int(ran.sum())
+            finished += n
+            if finished >= total:
+                break
+            if step:
+                yield n
+                if bd:
+                    phases.enable(True)     # another replay's turn may have ended its clocks
+        stopping = True
+        try:
+            go.wait()                   # let the threads see the end and return
+        except threading.BrokenBarrierError:
+            pass
         for th in pool:
             th.join()
-        res.cpu_seconds = time.process_time() - cpu0
     finally:
+        if not stopping:                # closed mid-run: release the waiting threads
+            go.abort()
+            done_turn.abort()
         bar.close()
         _restore_gc(freeze_gc)
         if bd:
             bd.stop()
     if errors:
         raise errors[0]
+    res.cpu_seconds = cpu
     res.wall_seconds = time.perf_counter() - t_wall
-    res.timed_wall_seconds = float(ends.max() - starts.min()) / 1e9
+    res.timed_wall_seconds = timed_ns / 1e9
     res.requests = total
     res.match_ns, res.insert_ns = match_ns, insert_ns
     res.query_blocks = np.fromiter((len(r.match_ids) for r in reqs), np.int64, total)

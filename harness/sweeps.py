@@ -105,10 +105,14 @@ same thread counts (:mod:`prefixbench.harness.deviceprobe`, metadata
 ``device_probe``): rocksdict's multi-get reads one block after another, so a
 setting that mostly waits on device reads scales at most about that much.
 
-**Interleaving** (strategies sweep, one request thread).  ``interleave=N``
-builds and loads every setting first and holds them all at once (the
+**Interleaving** (strategies sweep).  ``interleave=N`` builds and loads every
+setting first, at every thread count, and holds them all at once (the
 pre-flight adds their stores and oracles up), then lets their timed runs take
-turns, N requests each, round robin (:func:`replay_interleaved`).  On a shared
+turns, N requests each, round robin (:func:`replay_interleaved`).  At several
+thread counts each thread of a run takes N / threads of its own sessions'
+requests per turn, and the turn ends when the slowest thread is done, so a
+2-thread run pays for the imbalance inside each turn (a larger N makes it
+smaller).  On a shared
 machine the load other tenants put on the cores and the device comes and goes
 over minutes; one run after another then compares different minutes, and on
 codeact at paper scale the same sarp ÷ segment-radix-capped ratio came out at
@@ -428,9 +432,6 @@ def make_config(kind: str, *, workload: str, workload_options: dict | None = Non
     # 0 (or left out): the settings run one after another
     interleave = 0 if interleave in (None, 0, "0") else _positive_int("--interleave",
                                                                       interleave, 0)
-    if interleave and thread_counts != (1,):
-        raise ConfigError("option --interleave: the settings take turns on one request "
-                          "thread; leave out --threads")
     if budgets is not None and kind != "retrieval":
         raise ConfigError("option --budgets: only the retrieval sweep takes budgets")
     if strategies is not None and kind not in ("strategies", "space"):
@@ -1097,21 +1098,25 @@ def run_interleaved(cfg: SweepConfig, settings: list, workload, cache_bytes: int
                     quiet: bool = True, counting: Counting | None = None,
                     load_requests: int = 0, repeat: int = 0, first: int = 1,
                     total_runs: int = 0) -> list[Row]:
-    """Every setting built and loaded first, all held at once; then their timed runs
-    take turns, ``cfg.interleave`` requests each (:func:`replay_interleaved`), on one
-    request thread."""
+    """Every setting at every thread count built and loaded first, all held at once;
+    then their timed runs take turns, ``cfg.interleave`` requests each
+    (:func:`replay_interleaved`; at several thread counts every count runs on the
+    request-thread path, each thread taking an equal share of a turn)."""
+    pairs = [(s, t) for t in cfg.threads for s in settings]
+    threaded = cfg.threaded
     opened: list = []
     try:
-        for k, s in enumerate(settings):
+        for k, (s, t) in enumerate(pairs):
             opened.append(_open_setting(
                 cfg, s, workload, cache_bytes, quiet=quiet,
-                desc=f"[{first + k}/{total_runs}] {s.label}", threaded=False,
-                counting=counting, load_requests=load_requests))
+                desc=f"[{first + k}/{total_runs}] {s.label}" + (f" x{t}" if threaded else ""),
+                threaded=threaded, counting=counting, load_requests=load_requests))
         runs = [dict(strategy=o.built.strategy, workload=o.workload, oracle=o.oracle,
-                     **_breakdown_kw(cfg)) for o in opened]
+                     **({"threads": t, "threaded": True} if threaded else {}),
+                     **_breakdown_kw(cfg)) for o, (_s, t) in zip(opened, pairs)]
         results = replay_interleaved(
             runs, cfg.interleave, quiet=quiet,
-            desc=f"[{first}-{first + len(settings) - 1}/{total_runs}] interleaved")
+            desc=f"[{first}-{first + len(pairs) - 1}/{total_runs}] interleaved")
     except BaseException:
         for o in opened:
             o.close()
@@ -1119,7 +1124,7 @@ def run_interleaved(cfg: SweepConfig, settings: list, workload, cache_bytes: int
     rows = []
     for k, (o, res) in enumerate(zip(opened, results)):
         try:
-            rows.append(o.row(res, 1, repeat))
+            rows.append(o.row(res, pairs[k][1], repeat))
         except BaseException:
             for rest in opened[k + 1:]:
                 rest.close()
@@ -1169,9 +1174,9 @@ def paper_size(cfg: SweepConfig, *, free=None) -> PaperSize:
         entries = int(paper_blocks * f)
         if cfg.cache_rule == "paper":
             cache = int(round(cfg.cache_fraction * entries * (KEY_BYTES + META_SIZE)))
-        # interleaved runs hold every setting (variants too) at once
-        names = ([split_entry(e)[0] for e in cfg.strategies] if cfg.interleave
-                 else strategy_names(cfg.strategies))
+        # interleaved runs hold every setting (variants too) at every thread count at once
+        names = ([split_entry(e)[0] for e in cfg.strategies] * len(cfg.threads)
+                 if cfg.interleave else strategy_names(cfg.strategies))
         need = preflight.sweep_need(entries, names, cfg.engine, cache_bytes=cache,
                                     run_requests=cfg.run_requests,
                                     engine_options=cfg.engine_options,
@@ -1256,13 +1261,13 @@ def run_sweep(cfg: SweepConfig, *, quiet: bool = True) -> SweepResult:
     k = 0
     load = paper.load_requests if paper else 0
     for rep in range(cfg.repeat):
+        if cfg.interleave:
+            runs.extend(run_interleaved(cfg, settings, workload, cache, quiet=quiet,
+                                        counting=counting, load_requests=load, repeat=rep,
+                                        first=k + 1, total_runs=total_runs))
+            k += len(settings) * len(cfg.threads)
+            continue
         for t in cfg.threads:
-            if cfg.interleave:
-                runs.extend(run_interleaved(cfg, settings, workload, cache, quiet=quiet,
-                                            counting=counting, load_requests=load, repeat=rep,
-                                            first=k + 1, total_runs=total_runs))
-                k += len(settings)
-                continue
             for s in settings:
                 k += 1
                 runs.append(run_setting(

@@ -1,6 +1,7 @@
 """Interleaved timed runs: settings take turns, N requests each, after all of them
 are loaded, and each gets exactly the results it gets when run on its own."""
 import gc
+import itertools
 import json
 
 import pytest
@@ -115,7 +116,7 @@ def test_interleaved_sweep_rows_equal_the_sweep_one_after_another(small_paper):
 @pytest.mark.parametrize("args, words", [
     (["--interleave", "-3"], ["--interleave"]),
     (["--interleave", "x"], ["--interleave"]),
-    (["--interleave", "10", "--threads", "1,2"], ["--interleave", "leave out --threads"]),
+    (["--interleave", "0x", "--threads", "1,2"], ["--interleave"]),
 ])
 def test_bad_interleave_is_one_line(capsys, args, words):
     code = main(["-q", "sweep", "strategies", "-w", "codeact", "-W", "sessions=4",
@@ -140,3 +141,98 @@ def test_interleaving_preflight_adds_the_settings_up():
                                 cache_bytes=1 << 20, together=True)
     assert both.disk > one.disk and both.memory > one.memory
     assert both.parts["oracle"] == 2 * one.parts["oracle"]
+
+
+def _spied(builts, names, turns):
+    for b, name in zip(builts, names):    # record the order the replays' matches run in
+        real = b.strategy.match
+
+        def spy(ids, real=real, name=name):
+            turns.append(name)
+            return real(ids)
+        b.strategy.match = spy
+
+
+def test_threaded_replays_take_turns_of_the_given_size():
+    """At 2 threads a turn is still 7 requests (the threads share them), and a 1-thread
+    run on the request-thread path takes its 7 in between."""
+    wl = make_workload("codeact", {"sessions": "12"})
+    names = ("two", "one")
+    builts = [build("dram-blockhash", "memory"), build("ssd-blockhash", "memory")]
+    turns = []
+    try:
+        _spied(builts, names, turns)
+        runs = [dict(strategy=builts[0].strategy, workload=wl, threads=2, threaded=True),
+                dict(strategy=builts[1].strategy, workload=wl, threads=1, threaded=True)]
+        results = replay_interleaved(runs, 7)
+    finally:
+        for b in builts:
+            b.close()
+    n = len(wl)
+    assert n > 3 * 7
+    blocks = [(name, len(list(g))) for name, g in itertools.groupby(turns)]
+    assert [b[0] for b in blocks] == list(names) * (-(-n // 7))        # round robin
+    assert all(k == 7 for _name, k in blocks[:-2])
+    assert sum(k for name, k in blocks if name == "two") == n
+    for r, t in zip(results, (2, 1)):
+        assert r.threads == t and r.requests == n and r.false_hits == 0
+        assert (r.match_ns > 0).all() and r.timed_wall_seconds > 0 and r.cpu_seconds > 0
+        assert r.hit_tokens > 0 and r.gc_mode == "frozen+disabled during replay"
+    assert gc.isenabled()
+
+
+def test_a_failing_request_thread_ends_the_interleaved_replays():
+    wl = make_workload("codeact", {"sessions": "12"})
+    builts = [build("dram-blockhash", "memory"), build("ssd-blockhash", "memory")]
+    calls = []
+    real = builts[0].strategy.match
+
+    def failing(ids):
+        calls.append(1)
+        if len(calls) == 10:
+            raise RuntimeError("request 10 failed")
+        return real(ids)
+    builts[0].strategy.match = failing
+    try:
+        with pytest.raises(RuntimeError, match="request 10 failed"):
+            replay_interleaved([dict(strategy=b.strategy, workload=wl, threads=2,
+                                     threaded=True) for b in builts], 4)
+    finally:
+        for b in builts:
+            b.close()
+    assert gc.isenabled()
+
+
+def test_interleaved_sweep_at_two_thread_counts(small_paper):
+    common = dict(workload="codeact", engine="lmdb", scale="paper", run_requests="60",
+                  strategies="sarp,ssd-blockhash", cap_rule="fixed", threads="1,2")
+    seq = sweeps.run_sweep(sweeps.make_config("strategies", **common))
+    inter = sweeps.run_sweep(sweeps.make_config("strategies", interleave="10", **common))
+    key = sorted((r.setting.label, r.threads) for r in seq.all_rows)
+    assert sorted((r.setting.label, r.threads) for r in inter.all_rows) == key == [
+        ("sarp", 1), ("sarp", 2), ("ssd-blockhash", 1), ("ssd-blockhash", 2)]
+    by = {(r.setting.label, r.threads): r for r in seq.all_rows}
+    for r in inter.all_rows:
+        assert r.result.false_hits == 0 and r.result.requests == 60
+        assert r.indexed_blocks == by[(r.setting.label, r.threads)].indexed_blocks
+        if r.threads == 1:      # one request thread finds the same, turns or not
+            assert _outcome(r.result) == _outcome(by[(r.setting.label, 1)].result)
+    table = inter.table()
+    assert "timed runs interleaved, 10 requests per turn" in table
+    assert "request threads side by side" in table and "speedup 2/1" in table
+
+
+def test_interleaving_thread_counts_preflight_holds_every_count(monkeypatch):
+    seen = []
+    real = preflight.sweep_need
+
+    def spy(entries, names, *a, **kw):
+        seen.append((list(names), kw.get("together")))
+        return real(entries, names, *a, **kw)
+    monkeypatch.setattr(preflight, "sweep_need", spy)
+    monkeypatch.setattr(preflight, "free_space", lambda d: preflight.Free(1e18, 1e18))
+    cfg = sweeps.make_config("strategies", workload="codeact", engine="lmdb", scale="paper",
+                             strategies="sarp,ssd-blockhash", cap_rule="fixed",
+                             threads="1,2", interleave="10")
+    sweeps.paper_size(cfg)
+    assert seen[-1] == (["sarp", "ssd-blockhash"] * 2, True)
