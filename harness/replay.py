@@ -231,9 +231,13 @@ def replay(strategy: IndexStrategy, workload: Workload, *, oracle: IndexStrategy
         return replay_threaded(strategy, workload, threads=threads, limit=limit, quiet=quiet,
                                desc=desc, freeze_gc=freeze_gc, check=check,
                                breakdown=breakdown, oracle=oracle)
-    steps = _replay_steps(strategy, workload, oracle=oracle, limit=limit, quiet=quiet,
-                          desc=desc, freeze_gc=freeze_gc, check=check,
-                          status_every=status_every, breakdown=breakdown)
+    return _finish(_replay_steps(strategy, workload, oracle=oracle, limit=limit, quiet=quiet,
+                                 desc=desc, freeze_gc=freeze_gc, check=check,
+                                 status_every=status_every, breakdown=breakdown))
+
+
+def _finish(steps) -> ReplayResult:
+    """Run a replay generator to its end: its result."""
     while True:
         try:
             next(steps)
@@ -494,14 +498,9 @@ def replay_threaded(strategy: IndexStrategy, workload: Workload, *, threads: int
     ``breakdown`` splits each latency into phases per thread (each request
     thread has its own clock; lock waits show as ``lock``).
     """
-    steps = _threaded_steps(strategy, workload, threads=threads, limit=limit, quiet=quiet,
-                            desc=desc, freeze_gc=freeze_gc, check=check,
-                            breakdown=breakdown, oracle=oracle)
-    while True:
-        try:
-            next(steps)
-        except StopIteration as done:
-            return done.value
+    return _finish(_threaded_steps(strategy, workload, threads=threads, limit=limit,
+                                   quiet=quiet, desc=desc, freeze_gc=freeze_gc, check=check,
+                                   breakdown=breakdown, oracle=oracle))
 
 
 def _threaded_steps(strategy: IndexStrategy, workload: Workload, *, threads: int,

@@ -46,13 +46,7 @@ def test_interleaved_replays_find_what_each_finds_alone():
     turns = []
     try:
         runs = [dict(strategy=b.strategy, workload=wl) for b in builts]
-        for b, name in zip(builts, names):    # record the order the replays' matches run in
-            real = b.strategy.match
-
-            def spy(ids, real=real, name=name):
-                turns.append(name)
-                return real(ids)
-            b.strategy.match = spy
+        _spied(builts, names, turns)
         results = replay_interleaved(runs, 7)
     finally:
         for b in builts:
