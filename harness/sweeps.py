@@ -104,6 +104,11 @@ With direct I/O the sweep first measures what the device alone gives the
 same thread counts (:mod:`prefixbench.harness.deviceprobe`, metadata
 ``device_probe``): rocksdict's multi-get reads one block after another, so a
 setting that mostly waits on device reads scales at most about that much.
+With ``interleave`` the thread counts take turns too (10,000 timed requests,
+turns of 200, median of 3 on codeact at paper scale): sarp 1.27x (1.22-1.28),
+ssd-blockhash ``probe=batch`` 1.55x (1.50-1.57), the device alone 1.65x
+(1.63-1.95); the same command without turns gave 1.49x (1.23-1.67) and 1.53x
+(1.38-1.70).
 
 **Interleaving** (strategies sweep).  ``interleave=N`` builds and loads every
 setting first, at every thread count, and holds them all at once (the

@@ -230,3 +230,23 @@ def test_interleaving_thread_counts_preflight_holds_every_count(monkeypatch):
                              threads="1,2", interleave="10")
     sweeps.paper_size(cfg)
     assert seen[-1] == (["sarp", "ssd-blockhash"] * 2, True)
+
+
+def test_interleaved_threaded_breakdown_clocks_every_request():
+    """Request threads keep their per-thread clocks across turns: every request's
+    phases add up to its latency, in both replays, and the switch is left off."""
+    wl = make_workload("codeact", {"sessions": "8"})
+    builts = [build(n, "memory") for n in ("sarp", "segment-hash")]
+    try:
+        assert not phases.enabled()
+        results = replay_interleaved([dict(strategy=b.strategy, workload=wl, threads=2,
+                                           threaded=True, breakdown=True) for b in builts], 6)
+    finally:
+        for b in builts:
+            b.close()
+    assert not phases.enabled()
+    for r in results:
+        assert r.requests > 3 * 6 and r.false_hits == 0
+        total = sum(m for m, _i in r.phase_ns.values())
+        assert (total == r.match_ns).all()
+        assert (r.phase_switches[0] > 0).all() and (r.phase_switches[1] > 0).all()
