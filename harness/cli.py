@@ -601,7 +601,7 @@ def cmd_scale(args, leftover, argv, quiet):
     from prefixbench.harness.reporting import table_of
     md = pyperf_io.run_metadata(spec.strategy, spec.engine, spec.workload, spec.config())
     if device is not None:
-        md["device_probe"] = json.dumps(device.metadata(), separators=(",", ":"))
+        md["device_probe"] = device.metadata_text()
     times, cnts = scaling.scale_suites(rows, md, spec)
     if args.output:
         pyperf_io.write_suite(args.output, times)

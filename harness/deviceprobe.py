@@ -24,6 +24,7 @@ fails; the sweep it serves goes on without the figure.
 from __future__ import annotations
 
 import errno
+import json
 import mmap
 import os
 import random
@@ -74,6 +75,10 @@ class DeviceScaling:
         return {"directory": self.directory, "block_bytes": BLOCK,
                 "threads": list(self.threads), "file_bytes": self.file_bytes,
                 "seconds": self.seconds, "rounds": [list(r) for r in self.rounds]}
+
+    def metadata_text(self) -> str:
+        """:meth:`metadata` as the compact JSON the suites store under ``device_probe``."""
+        return json.dumps(self.metadata(), separators=(",", ":"))
 
 
 def probe_device(directory: str | None = None, threads=(1, 2), *,

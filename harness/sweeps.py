@@ -114,10 +114,10 @@ ssd-blockhash ``probe=batch`` 1.55x (1.50-1.57), the device alone 1.65x
 setting first, at every thread count, and holds them all at once (the
 pre-flight adds their stores and oracles up), then lets their timed runs take
 turns, N requests each, round robin (:func:`replay_interleaved`).  At several
-thread counts each thread of a run takes N / threads of its own sessions'
-requests per turn, and the turn ends when the slowest thread is done, so a
-2-thread run pays for the imbalance inside each turn (a larger N makes it
-smaller).  On a shared
+thread counts a run's threads take tickets for the turn's N requests, each
+before its next request of its own sessions, so a thread ends a turn at most
+one request after the others (the imbalance this costs shrinks as N grows).
+On a shared
 machine the load other tenants put on the cores and the device comes and goes
 over minutes; one run after another then compares different minutes, and on
 codeact at paper scale the same sarp ÷ segment-radix-capped ratio came out at
@@ -1343,7 +1343,7 @@ def _sweep_metadata(res: SweepResult) -> dict:
     if res.span_share is not None:
         md["span_share_gt3"] = round(res.span_share, 6)
     if res.device is not None:
-        md["device_probe"] = json.dumps(res.device.metadata(), separators=(",", ":"))
+        md["device_probe"] = res.device.metadata_text()
     if res.config.kind == "strategies":
         md.update({"paper_request_threads": PAPER_REQUEST_THREADS,
                    "paper_rocksdb_threads": PAPER_ROCKSDB_THREADS,
