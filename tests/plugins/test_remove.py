@@ -196,12 +196,18 @@ def test_never_stored_block_is_a_counted_noop_for_the_exact_strategies():
         assert s.stats()["remove_noops"] == 2, s.name
 
 
-def test_ssd_blockhash_bisect_probe_stays_correct_after_a_middle_remove():
+@pytest.mark.parametrize("match_first", [False, True])
+@pytest.mark.parametrize("probe", ["batch", "bisect"])
+def test_ssd_blockhash_insert_stays_correct_after_a_middle_remove(probe, match_first):
+    """A middle remove leaves a chain's later blocks stored: neither the bisect probe
+    nor an insert starting where its match stopped may write them again."""
     from prefixbench.engines.memory import MemoryStore
-    s = SsdBlockHashStrategy(MemoryStore(), {"insert_probe": "bisect"})
+    s = SsdBlockHashStrategy(MemoryStore(), {"insert_probe": probe})
     a = _ids(range(1, 11))
     s.insert(a, make_metas(a, 0, 16))
     s.remove(a[3:4])
+    if match_first:
+        assert s.match(a).n_blocks == 3
     s.insert(a, make_metas(a, 1, 16))
     m = s.match(a)
     assert m.n_blocks == 10

@@ -70,13 +70,9 @@ class BruteForce:
 
 
 @st.composite
-def session_sets(draw, max_seqs=10, alphabet=4):
-    """Token sequences forming a random tree, plus interleaved insert/match ops.
-
-    A small alphabet makes siblings collide often, so edges split at many depths.
-    Each op is (kind, sequence index, cut, extra tokens): it acts on
-    ``seq[:cut] + extra``, so partial inserts, extensions and misses all occur.
-    """
+def tree_of_sequences(draw, max_seqs=10, alphabet=4):
+    """Token sequences forming a random tree: each may start with a prefix of an
+    earlier one."""
     seqs = []
     for _ in range(draw(st.integers(1, max_seqs))):
         base = []
@@ -84,6 +80,18 @@ def session_sets(draw, max_seqs=10, alphabet=4):
             parent = draw(st.sampled_from(seqs))
             base = parent[:draw(st.integers(0, len(parent)))]
         seqs.append(base + draw(st.lists(st.integers(0, alphabet - 1), max_size=14)))
+    return seqs
+
+
+@st.composite
+def session_sets(draw, max_seqs=10, alphabet=4):
+    """Token sequences forming a random tree, plus interleaved insert/match ops.
+
+    A small alphabet makes siblings collide often, so edges split at many depths.
+    Each op is (kind, sequence index, cut, extra tokens): it acts on
+    ``seq[:cut] + extra``, so partial inserts, extensions and misses all occur.
+    """
+    seqs = draw(tree_of_sequences(max_seqs, alphabet))
     ops = draw(st.lists(st.tuples(st.sampled_from(("insert", "match")),
                                   st.integers(0, len(seqs) - 1),
                                   st.integers(0, 30),
@@ -354,6 +362,111 @@ def test_ssd_blockhash_bisect_insert_reads_log_n_blocks_and_writes_the_same():
     assert dict(stores["batch"]._data) == dict(stores["bisect"]._data)
     assert strats["bisect"].stats()["entries"] == 1300
 
+
+
+_REUSE_VARIANTS = {
+    "reuse": {},
+    "reuse/batch-probe": {"probe": "batch", "batch_start": 1},
+    "reuse/bisect": {"insert_probe": "bisect"},
+    "no-reuse": {"insert_reuse": False},
+}
+
+
+@st.composite
+def replayed_requests(draw):
+    """Requests as a replay issues them (match a context, then insert it with its
+    output); between the two, sometimes a remove or another thread's insert."""
+    seqs = draw(tree_of_sequences(8))
+    reqs = draw(st.lists(st.tuples(st.integers(0, len(seqs) - 1), st.integers(0, 30),
+                                   st.lists(st.integers(0, 3), max_size=4),
+                                   st.sampled_from(("none", "none", "remove", "other")),
+                                   st.integers(0, 30)),
+                         min_size=1, max_size=30))
+    return [(seqs[i][:cut], extra, between, at) for i, cut, extra, between, at in reqs]
+
+
+@SETTINGS
+@given(replayed_requests())
+def test_ssd_blockhash_insert_after_its_match_equals_the_oracle(reqs):
+    """An insert that starts where its match stopped stores what the oracle stores,
+    first writer's metadata kept, also when a remove (the blocks it found may be
+    gone) or another insert (the block it saw missing may be there) came between."""
+    oracle = RadixStrategy()
+    strats = {k: SsdBlockHashStrategy(MemoryStore(), o) for k, o in _REUSE_VARIANTS.items()}
+    for step, (context, output, between, at) in enumerate(reqs):
+        q, full = ids_of(context), ids_of(context + output)
+        want = oracle.match(q)
+        for name, s in strats.items():
+            assert_same_match(s.match(q), want, f"{name} step {step}")
+        if between == "remove" and len(q):
+            part = q[at % len(q):at % len(q) + 2]
+            oracle.remove(part)
+            for s in strats.values():
+                s.remove(part)
+        elif between == "other":
+            # another thread inserts a longer piece of the same request first
+            other = full[:len(q) + 1 + at % 3]
+            m = metas_of(other, 10_000 + step)
+            oracle.insert(other, m)
+            for s in strats.values():
+                t = threading.Thread(target=s.insert, args=(other, m))
+                t.start()
+                t.join()
+        m = metas_of(full, step)
+        oracle.insert(full, m)
+        for s in strats.values():
+            s.insert(full, m)
+        want = oracle.match(full)
+        for name, s in strats.items():
+            assert_same_match(s.match(full), want, f"{name} step {step} after insert")
+    entries = oracle.stats()["entries"]
+    for name, s in strats.items():
+        assert s.stats()["entries"] == entries, name
+
+
+def test_ssd_blockhash_insert_after_its_match_reads_one_block():
+    """After a match that stopped at a missing block, the insert reads only that block
+    again (under the lock) and writes the rest; after a match that found the whole
+    query, only the output's blocks; insert_reuse=false probes every block."""
+    stores = {k: MemoryStore() for k in ("reuse", "no-reuse")}
+    strats = {k: SsdBlockHashStrategy(stores[k], {"insert_reuse": k == "reuse"})
+              for k in stores}
+    a = ids_of(range(100))
+    b = ids_of(list(range(100)) + list(range(500, 520)))
+    for s in strats.values():
+        s.insert(a, metas_of(a, 0))
+    reads = {}
+    for k, s in strats.items():
+        s.match(ids_of(list(range(100)) + [500, 501]))    # 100 found, stops at block 100
+        stores[k].reset_stats()
+        s.insert(b, metas_of(b, 1))
+        reads[k] = stores[k].stats().reads
+        assert stores[k].stats().writes == 20
+    assert reads == {"reuse": 1, "no-reuse": 120 + 20}
+    c = ids_of(list(range(100)) + list(range(500, 520)) + [7, 8, 9])
+    for k, s in strats.items():
+        s.match(b)                                          # the whole query is stored
+        stores[k].reset_stats()
+        s.insert(c, metas_of(c, 2))
+        reads[k] = stores[k].stats().reads
+    assert reads == {"reuse": 3 + 3, "no-reuse": 123 + 3}
+    assert dict(stores["reuse"]._data) == dict(stores["no-reuse"]._data)
+    st_ = strats["reuse"].stats()
+    assert st_["inserts"] == 3 and st_["inserts_from_match"] == 2
+    assert strats["no-reuse"].stats()["inserts_from_match"] == 0
+
+
+def test_ssd_blockhash_insert_of_another_prefix_does_not_use_the_match():
+    """The memo applies only to a request that shares the prefix the match found."""
+    store = MemoryStore()
+    s = SsdBlockHashStrategy(store)
+    a = ids_of(range(10))
+    s.insert(a, metas_of(a, 0))
+    s.match(ids_of(list(range(10)) + [50]))
+    other = ids_of([9] * 12)
+    s.insert(other, metas_of(other, 1))
+    assert s.stats()["inserts_from_match"] == 0
+    assert s.match(other).n_blocks == 12 and s.match(a).n_blocks == 10
 
 
 def test_insert_known_prefix_writes_what_insert_writes():
