@@ -127,6 +127,13 @@ cache budget and oracle, and its results other than timings are the same as
 when it runs alone (tested); what a turn cannot keep apart is the other
 stores' background threads (a flush or compaction of one setting's load may
 still run during another's turn: the loads settle first, so little is left).
+Their run-phase compactions matter little too: holding each RocksDB store's
+automatic compactions while it was between turns (codeact at paper scale,
+sarp, segment-radix-capped and ssd-blockhash ``probe=batch`` at 1 and 2
+threads, 10,000 timed requests in turns of 200, median of 3, one run with and
+one without) moved no ratio by more than 0.02: sarp ÷ capped 1.49x against
+1.51x, sarp's 2-thread speedup 1.28x against 1.26x, ssd-blockhash's 1.54x
+against 1.55x; so turns do not hold them.
 
 **Cap rule** (strategies sweep with ``segment-radix-capped``).
 ``cap_rule="paper"`` (the default) asks
