@@ -27,7 +27,8 @@ REPLAY_COUNTS = {"hit-tokens", "oracle-hit-tokens", "prompt-tokens", "requests",
 ON_DISK = {"store-bytes", "space-amplification"}
 #: ``index-<counter>`` for every numeric counter of the strategy's stats()
 INDEX_COUNTERS = {
-    "ssd-blockhash": {"entries", "matches", "store-read-calls", "store-reads",
+    "ssd-blockhash": {"entries", "inserts", "inserts-from-match", "matches",
+                      "store-read-calls", "store-reads", "store-reads-per-insert",
                       "store-reads-per-match", "store-writes", "stored-block-entries"},
     "sarp": {"candidates-after-filtering", "candidates-before-filtering",
              "candidates-retrieved", "entries", "geometry-R", "geometry-S",
