@@ -18,6 +18,7 @@ import fnmatch
 import importlib
 import os
 import struct
+import threading
 import time
 from dataclasses import dataclass, field, fields
 from typing import Iterable, Iterator, Sequence
@@ -181,11 +182,28 @@ class SegmentStore(abc.ABC):
     @abc.abstractmethod
     def _close(self) -> None: ...
 
+    #: per-thread read counts while :meth:`count_reads_per_thread` is on (else None)
+    _thread_reads = None
+
+    def count_reads_per_thread(self, on: bool = True) -> None:
+        """Also count each calling thread's reads (:meth:`thread_reads`), so request
+        threads sharing the store can tell their own matches' reads from the
+        others' inserts.  Off by default: it costs a thread-local update per call."""
+        self._thread_reads = threading.local() if on else None
+
+    def thread_reads(self) -> int:
+        """The calling thread's logical reads since counting began (0 when off)."""
+        tl = self._thread_reads
+        return getattr(tl, "n", 0) if tl is not None else 0
+
     # ----- public API (counts, then delegates) ------------------------
     def get(self, key: int) -> bytes | None:
         v = _phases.storage_call(self._get, key) if _phases._ON else self._get(key)
         s = self._stats
         s.reads += 1
+        tl = self._thread_reads
+        if tl is not None:
+            tl.n = getattr(tl, "n", 0) + 1
         s.read_calls += 1
         if v is not None:
             s.hits += 1
@@ -203,6 +221,9 @@ class SegmentStore(abc.ABC):
             vals = self._get_many(keys)
         s = self._stats
         s.reads += len(keys)
+        tl = self._thread_reads
+        if tl is not None:
+            tl.n = getattr(tl, "n", 0) + len(keys)
         s.read_calls += 1
         s.batch_read_calls += 1
         for v in vals:

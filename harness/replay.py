@@ -532,8 +532,12 @@ def _threaded_steps(strategy: IndexStrategy, workload: Workload, *, threads: int
     insert_ns = np.zeros(total, dtype=np.int64)
     got: list = [None] * total
     store = strategy.store
-    reads0 = _reads(store)
     io0 = _io(store)
+    # each thread's own match reads (the store's totals mix in other threads' inserts)
+    match_reads = np.zeros(threads, dtype=np.int64)
+    if store is not None:
+        store.count_reads_per_thread()
+        thread_reads = store.thread_reads
     clock = time.perf_counter_ns
     # per turn: each thread's first start and last end (0: it had nothing to run)
     starts = np.zeros(threads, dtype=np.int64)
@@ -562,9 +566,13 @@ def _threaded_steps(strategy: IndexStrategy, workload: Workload, *, threads: int
                     r = reqs[i]
                     if bd:
                         reset()
+                    if store is not None:
+                        r0 = thread_reads()
                     t0 = clock()
                     m = strategy.match(r.match_ids)
                     t1 = clock()
+                    if store is not None:
+                        match_reads[t] += thread_reads() - r0
                     if bd:               # the insert is timed from after the clock's reset
                         bd.record(0, i, p_totals(), p_switches())
                         reset()
@@ -639,6 +647,8 @@ def _threaded_steps(strategy: IndexStrategy, workload: Workload, *, threads: int
         _restore_gc(freeze_gc)
         if bd:
             bd.stop()
+        if store is not None:
+            store.count_reads_per_thread(False)
     if errors:
         raise errors[0]
     res.cpu_seconds = cpu
@@ -650,7 +660,7 @@ def _threaded_steps(strategy: IndexStrategy, workload: Workload, *, threads: int
     if bd:
         bd.finish(res, total)
     if store is not None:
-        res.store_reads_in_match = _reads(store) - reads0   # match and insert reads
+        res.store_reads_in_match = int(match_reads.sum())
     res.store_io = _io_since(store, io0)
     block_size = workload.block_size
     if oracle is None and check:

@@ -23,6 +23,44 @@ def test_threaded_replay_has_no_false_hits(threads):
     assert res.throughput > 0 and res.timed_wall_seconds > 0
 
 
+def test_request_threads_count_only_their_matches_reads():
+    """Store reads per match at request threads are the matches' own, not the inserts'
+    that other threads (or the same one) ran meanwhile: on the request-thread path a
+    single thread counts what the plain replay counts, two threads count less than
+    the store's total, which the inserts' reads make larger."""
+    from prefixbench.engines.memory import MemoryStore
+    from prefixbench.plugins.blockhash import SsdBlockHashStrategy
+
+    def ssd():   # inserts that read every block again: their reads are many
+        return SsdBlockHashStrategy(MemoryStore(), {"insert_reuse": False})
+    plain = replay(ssd(), _workload())
+    one = replay(ssd(), _workload(), threads=1, threaded=True)
+    assert plain.store_reads_in_match > 0
+    assert one.store_reads_in_match == plain.store_reads_in_match
+    s = ssd()
+    two = replay(s, _workload(), threads=2)
+    assert 0 < two.store_reads_in_match < s.store.stats().reads
+    assert two.store_reads_in_match == s.stats()["store_reads_per_match"] * s.stats()["matches"]
+    assert s.store.thread_reads() == 0         # counting stops with the replay
+
+
+def test_store_counts_each_threads_reads_apart():
+    import threading
+    from prefixbench.engines.memory import MemoryStore
+    st = MemoryStore()
+    st.put_many((k, b"v") for k in range(10))
+    st.get(1)
+    assert st.thread_reads() == 0              # off by default
+    st.count_reads_per_thread()
+    st.get_many([1, 2, 3])
+    other = threading.Thread(target=lambda: st.get_many(list(range(7))))
+    other.start()
+    other.join()
+    assert st.thread_reads() == 3 and st.stats().reads == 11
+    st.count_reads_per_thread(False)
+    assert st.thread_reads() == 0
+
+
 class _OverReaching(RadixStrategy):
     """Returns one block more than it has whenever it can: a false hit."""
 
@@ -57,12 +95,14 @@ def test_scale_command(run_cli):
 def test_scale_says_which_store_calls_ran_without_the_gil(run_cli, tmp_path, probe, single,
                                                          batch):
     """rocksdict releases the GIL only in batch gets: the per-run line counts the
-    calls of each kind from the run's store statistics and marks them."""
+    calls of each kind from the run's store statistics and marks them (inserts
+    probe in one batch get here, insert_reuse=false)."""
     import pyperf
 
     out_json = tmp_path / "scale.json"
     code, out, err = run_cli("--quiet", "scale", "-s", "ssd-blockhash", "-e", "rocksdb",
-                             "-S", f"probe={probe}", "-w", "ultrachat", "-W", "sessions=10",
+                             "-S", f"probe={probe}", "-S", "insert_reuse=false",
+                             "-w", "ultrachat", "-W", "sessions=10",
                              "--threads", "1,2", "-o", str(out_json))
     assert code == 0, err
     lines = [ln for ln in out.splitlines() if "thr: strategy:" in ln]
