@@ -139,6 +139,11 @@ class _BatchContext:
         return False
 
 
+class _ThreadReads(threading.local):
+    """One logical-read count per thread (each thread starts at 0)."""
+    n = 0
+
+
 class SegmentStore(abc.ABC):
     """A u64-keyed byte store.  One instance may be shared by many threads."""
 
@@ -183,18 +188,18 @@ class SegmentStore(abc.ABC):
     def _close(self) -> None: ...
 
     #: per-thread read counts while :meth:`count_reads_per_thread` is on (else None)
-    _thread_reads = None
+    _thread_reads: "_ThreadReads | None" = None
 
     def count_reads_per_thread(self, on: bool = True) -> None:
         """Also count each calling thread's reads (:meth:`thread_reads`), so request
         threads sharing the store can tell their own matches' reads from the
         others' inserts.  Off by default: it costs a thread-local update per call."""
-        self._thread_reads = threading.local() if on else None
+        self._thread_reads = _ThreadReads() if on else None
 
     def thread_reads(self) -> int:
         """The calling thread's logical reads since counting began (0 when off)."""
         tl = self._thread_reads
-        return getattr(tl, "n", 0) if tl is not None else 0
+        return tl.n if tl is not None else 0
 
     # ----- public API (counts, then delegates) ------------------------
     def get(self, key: int) -> bytes | None:
@@ -203,7 +208,7 @@ class SegmentStore(abc.ABC):
         s.reads += 1
         tl = self._thread_reads
         if tl is not None:
-            tl.n = getattr(tl, "n", 0) + 1
+            tl.n += 1
         s.read_calls += 1
         if v is not None:
             s.hits += 1
@@ -223,7 +228,7 @@ class SegmentStore(abc.ABC):
         s.reads += len(keys)
         tl = self._thread_reads
         if tl is not None:
-            tl.n = getattr(tl, "n", 0) + len(keys)
+            tl.n += len(keys)
         s.read_calls += 1
         s.batch_read_calls += 1
         for v in vals:

@@ -537,7 +537,7 @@ def _threaded_steps(strategy: IndexStrategy, workload: Workload, *, threads: int
     match_reads = np.zeros(threads, dtype=np.int64)
     if store is not None:
         store.count_reads_per_thread()
-        thread_reads = store.thread_reads
+    thread_reads = store.thread_reads if store is not None else (lambda: 0)
     clock = time.perf_counter_ns
     # per turn: each thread's first start and last end (0: it had nothing to run)
     starts = np.zeros(threads, dtype=np.int64)
@@ -566,13 +566,11 @@ def _threaded_steps(strategy: IndexStrategy, workload: Workload, *, threads: int
                     r = reqs[i]
                     if bd:
                         reset()
-                    if store is not None:
-                        r0 = thread_reads()
+                    r0 = thread_reads()
                     t0 = clock()
                     m = strategy.match(r.match_ids)
                     t1 = clock()
-                    if store is not None:
-                        match_reads[t] += thread_reads() - r0
+                    match_reads[t] += thread_reads() - r0
                     if bd:               # the insert is timed from after the clock's reset
                         bd.record(0, i, p_totals(), p_switches())
                         reset()

@@ -334,9 +334,7 @@ class SsdBlockHashStrategy(IndexStrategy):
             d, reads = self._first_missing(keys, start)
             missing = range(d, n)
         else:
-            tail = self.store.get_many(keys[start:]) if start else self.store.get_many(keys)
-            reads = n - start
-            missing = [start + j for j, v in enumerate(tail) if v is None]
+            missing, reads = self._missing_from(keys, start)
         stale = bool(start) and self._remove_epoch != memo.epoch
         from_match = bool(start) or known_missing
         if not missing and not stale:
@@ -345,21 +343,19 @@ class SsdBlockHashStrategy(IndexStrategy):
         with self._insert_lock:
             if stale:
                 # a remove since the match may have taken blocks it found: probe them all
-                positions = [j for j, v in enumerate(self.store.get_many(keys)) if v is None]
-                reads += n
+                positions, r = self._missing_from(keys, 0)
+                reads += r
             elif known_missing:
                 # still missing, and a chain's stored blocks are a prefix (every insert
                 # writes its missing blocks in one batch, no block was ever removed):
                 # every later block of the request is missing too
-                positions = missing
-                if not self._removed:
-                    reads += 1
-                    if self.store.get(keys[start]) is not None:
-                        positions = None     # another insert wrote from here since
-                if self._removed or positions is None:
-                    present = self.store.get_many(keys[start:])
-                    reads += n - start
-                    positions = [start + j for j, v in enumerate(present) if v is None]
+                still = not self._removed and self.store.get(keys[start]) is None
+                reads += not self._removed
+                if still:
+                    positions = missing
+                else:   # another insert wrote from here since, or a remove broke the rule
+                    positions, r = self._missing_from(keys, start)
+                    reads += r
             elif bisect:         # the stored prefix only grows: block d still missing
                 #                  means all after it are; else search on from d + 1
                 reads += 1
@@ -379,12 +375,18 @@ class SsdBlockHashStrategy(IndexStrategy):
         match: ``(start, known_missing)``.  Chained ids make ``keys[:start]`` the
         prefix the match found stored (present then; :meth:`_insert` checks no remove
         came since); ``known_missing``: the match saw ``keys[start]`` missing."""
-        if memo is None or not self._reuse:
+        if memo is None:            # (a match leaves none without insert_reuse)
             return 0, False
         d = memo.found
         if d > len(keys) or (d and keys[d - 1] != memo.last):
             return 0, False
         return d, d < len(keys) and memo.miss is not None and keys[d] == memo.miss
+
+    def _missing_from(self, keys: list, lo: int) -> tuple[list, int]:
+        """Positions from ``lo`` on whose blocks the store lacks (one ``get_many``),
+        and the reads it took."""
+        vals = self.store.get_many(keys[lo:] if lo else keys)
+        return [lo + j for j, v in enumerate(vals) if v is None], len(keys) - lo
 
     def _count_insert(self, from_match: bool, reads: int) -> None:
         with self._count_lock:

@@ -107,6 +107,12 @@ def assert_same_match(got: Match, want: Match, where=""):
     assert np.array_equal(got.metas, want.metas), where
 
 
+def assert_same_entries(strategies: dict, oracle) -> None:
+    entries = oracle.stats()["entries"]
+    for name, s in strategies.items():
+        assert s.stats()["entries"] == entries, name
+
+
 # ----------------------------------------------------------------------------- radix
 @pytest.mark.compiled
 @SETTINGS
@@ -201,9 +207,7 @@ def test_blockhash_strategies_equal_radix_oracle(engine, ops):
                 want = oracle.match(ids)
                 for name, s in strategies.items():
                     assert_same_match(s.match(ids), want, f"{name} step {step}")
-        entries = oracle.stats()["entries"]
-        for name, s in strategies.items():
-            assert s.stats()["entries"] == entries, name
+        assert_same_entries(strategies, oracle)
 
 
 @pytest.mark.parametrize("engine", ENGINE_NAMES)
@@ -419,9 +423,7 @@ def test_ssd_blockhash_insert_after_its_match_equals_the_oracle(reqs):
         want = oracle.match(full)
         for name, s in strats.items():
             assert_same_match(s.match(full), want, f"{name} step {step} after insert")
-    entries = oracle.stats()["entries"]
-    for name, s in strats.items():
-        assert s.stats()["entries"] == entries, name
+    assert_same_entries(strats, oracle)
 
 
 def test_ssd_blockhash_insert_after_its_match_reads_one_block():
