@@ -604,7 +604,7 @@ class SarpStrategy(TombstoneOverlay):
             "jobs_refine", "backfill_reads", "backfill_postings", "insert_windows_reused",
             "insert_segments_reused", "insert_records_reused", "insert_replans",
             "speculative_reads", "speculative_wasted", "match_round_trips",
-            "inserts_after_match", "insert_reads_after_match"), 0)
+            "inserts_after_match", "insert_reads_after_match", "insert_windows_known"), 0)
         self._tl = threading.local()
         self._journal = None        # last journal sequence, found on first use
         #: bumped by every reclamation publish (under the overlay and insert locks):
@@ -719,10 +719,31 @@ class SarpStrategy(TombstoneOverlay):
         return Match(pos, metas)
 
     # ------------------------------------------------------------------ insert
+    def insert_known_prefix(self, block_ids: np.ndarray, metas: np.ndarray, known: int) -> None:
+        """``insert``, planning from the window that holds block ``known``.
+
+        The caller vouches that the first ``known`` blocks are indexed, and every
+        insert stores each window of its sequence whole, so each whole window
+        before that one is stored already and costs no reads (a paper-scale load's
+        bulk path; segment-hash and ssd-blockhash skip the known prefix too).  The
+        removal overlay's wrapper calls this only while no block was ever removed
+        (else plain :meth:`insert`), so no reclamation can have cut such a window; a
+        remove landing during the insert makes the wrapper insert again, unhinted."""
+        n = len(block_ids)
+        if not 0 <= known <= n:
+            raise ValueError(f"known={known} outside 0..{n}")
+        self._tl.known = int(known)
+        try:
+            self.insert(block_ids, metas)
+        finally:
+            self._tl.known = 0
+
     def insert(self, block_ids: np.ndarray, metas: np.ndarray) -> None:
         x = as_block_ids(block_ids)
         n = len(x)
         xm = as_metas(metas, n, self.meta_size)
+        known = getattr(self._tl, "known", 0)
+        self._tl.known = 0                  # the hint is for this one call
         if n == 0:
             return
         self._check_worker()
@@ -736,6 +757,9 @@ class SarpStrategy(TombstoneOverlay):
             # this thread's last match verified whole windows through memo.full; chained
             # ids make that this sequence's prefix, and no pass has run since (epoch)
             ws, prev = memo.full, memo.full_id
+        reused = ws
+        if known - known % self.S > ws:
+            ws, prev = known - known % self.S, 0    # (0: the segment before is not known)
         if not self.insert_reuse:
             memo = None
         replanned = False
@@ -768,7 +792,8 @@ class SarpStrategy(TombstoneOverlay):
             if after_match:
                 c["inserts_after_match"] += 1
                 c["insert_reads_after_match"] += plan.reads
-            c["insert_windows_reused"] += ws // self.S
+            c["insert_windows_reused"] += reused // self.S
+            c["insert_windows_known"] += (ws - reused) // self.S
             c["insert_segments_reused"] += plan.reused_seg
             c["insert_records_reused"] += plan.reused_records
             c["insert_replans"] += replanned
@@ -1499,6 +1524,8 @@ class SarpStrategy(TombstoneOverlay):
             "insert_reads_per_insert_after_match":
                 c["insert_reads_after_match"] / (c["inserts_after_match"] or 1),
             "insert_windows_reused_from_match": c["insert_windows_reused"],
+            # whole windows a bulk load's known-prefix hint skipped
+            "insert_windows_known": c["insert_windows_known"],
             "insert_segments_reused_from_match": c["insert_segments_reused"],
             "insert_records_reused_from_match": c["insert_records_reused"],
             "insert_replans": c["insert_replans"],

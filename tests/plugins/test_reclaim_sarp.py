@@ -491,3 +491,19 @@ def test_cut_copies_of_one_prefix_leave_one_record():
             t.insert(q, make_metas(q, 50 + i, MS))
     for k, q in enumerate(seqs):
         same(s, oracle, q, f"sequence {k} re-inserted")
+
+
+def test_a_known_prefix_hint_is_ignored_after_removal_and_reclamation():
+    """A bulk load's hint vouches that a prefix is indexed; once blocks of it were
+    removed and a pass cut their window, the insert must route every window again
+    (else the removed blocks would never come back)."""
+    s, oracle = new_sarp(backfill="sync"), RadixStrategy(None, None, MS)
+    q = branching_sequences(5, 1, 40)[0][:40]
+    for t in (s, oracle):
+        t.insert(q, make_metas(q, 1, MS))
+        t.remove(np.ascontiguousarray(q[3:8]))
+    s.reclaim()
+    s.insert_known_prefix(q, make_metas(q, 2, MS), len(q))
+    oracle.insert(q, make_metas(q, 2, MS))
+    same(s, oracle, q, "after the hinted re-insert")
+    assert s.stats()["insert_windows_known"] == 0

@@ -359,6 +359,44 @@ def test_insert_reuses_the_segment_its_match_verified_and_reads_nothing_twice():
     assert store.asked
 
 
+@SETTINGS
+@given(ops=session_sets())
+def test_insert_known_prefix_skips_the_known_windows_and_stays_exact(ops):
+    """A bulk load's hint (how many leading blocks are indexed) lets the insert start
+    at the window holding that block: it reads at most what a plain insert reads,
+    skips exactly the whole windows before it, and every answer stays the oracle's."""
+    stores = {k: RecordingStore() for k in ("insert", "hint")}
+    s = {k: SarpStrategy(st_, dict(SMALL, max_retrieval=0), meta_size=MS)
+         for k, st_ in stores.items()}
+    oracle = RadixStrategy(meta_size=MS)
+    skipped = 0
+    for step, (kind, toks) in enumerate(ops):
+        ids = ids_of(toks)
+        if kind == "insert":
+            m = metas_of(ids, step)
+            known = oracle.match(ids).n_blocks
+            for st_ in stores.values():
+                st_.asked.clear()
+            s["insert"].insert(ids, m)
+            s["hint"].insert_known_prefix(ids, m, known)
+            oracle.insert(ids, m)
+            assert len(stores["hint"].asked) <= len(stores["insert"].asked)
+            skipped += known // 8       # (S = 8)
+        want = oracle.match(ids)
+        for k in s:
+            got = s[k].match(ids)
+            assert got.n_blocks == want.n_blocks, (k, step, toks)
+            assert np.array_equal(got.metas, want.metas), (k, step, toks)
+    h, plain = s["hint"].stats(), s["insert"].stats()
+    # an insert starts after the whole windows its match verified or the hint vouches
+    # for, whichever reach further (the two strategies' matches answer alike)
+    assert h["insert_windows_known"] + h["insert_windows_reused_from_match"] >= \
+        max(skipped, plain["insert_windows_reused_from_match"])
+    assert plain["insert_windows_known"] == 0
+    with pytest.raises(ValueError):
+        s["hint"].insert_known_prefix(ids_of([1, 2]), metas_of(ids_of([1, 2]), 0), 3)
+
+
 def test_a_registration_between_plan_and_publish_forces_a_replan():
     """First writer wins: B publishes while A's unlocked plan is pending; A plans
     again under the lock and copies B's blocks with B's metadata."""
