@@ -17,6 +17,7 @@ import abc
 import fnmatch
 import importlib
 import os
+import shutil
 import struct
 import threading
 import time
@@ -378,6 +379,23 @@ class SegmentStore(abc.ABC):
 
     def reset_stats(self) -> None:
         self._stats = StoreStats()
+
+    #: True if :meth:`checkpoint` copies the store (a sweep then loads each setting
+    #: once and starts every repeat from a clone of that copy)
+    checkpoints: bool = False
+
+    def checkpoint(self, path) -> None:
+        """Copy every acknowledged write into the new directory ``path``, as a store of
+        this engine opens it; this store stays open and unchanged.  Engines that
+        cannot (``checkpoints`` False) refuse with one line."""
+        raise StoreError(f"engine {self.name} cannot checkpoint a store")
+
+    @classmethod
+    def clone_checkpoint(cls, src, dst) -> None:
+        """Fill the empty directory ``dst`` with a copy of the checkpoint ``src`` that a
+        store may open and change while ``src`` stays as it is.  A plain copy here;
+        engines whose files never change once written link them instead."""
+        shutil.copytree(src, dst, dirs_exist_ok=True)
 
     def close(self) -> None:
         if not self._closed:

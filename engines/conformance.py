@@ -3,7 +3,7 @@
 Fixtures apart from tests, as in fsspec's ``tests/abstract``:
 :class:`EngineFixtures` opens the engine under test, and each mixin checks
 one behaviour (:class:`RoundTripTests`, :class:`ScanTests`,
-:class:`PersistenceTests`, :class:`BadPathTests`, :class:`StatsTests`,
+:class:`PersistenceTests`, :class:`CheckpointTests`, :class:`BadPathTests`, :class:`StatsTests`,
 :class:`ThreadTests`, :class:`KillTests`).  :class:`EngineConformance` is
 all of them.  A plugin author's test file::
 
@@ -46,7 +46,7 @@ from prefixbench.engines.conformance_child import batch_items, open_store, resol
 from prefixbench.errors import StoreError
 
 __all__ = ["EngineConformance", "EngineFixtures", "RoundTripTests", "ScanTests", "PersistenceTests",
-           "BadPathTests", "StatsTests", "ThreadTests", "KillTests", "open_store", "resolve_engine"]
+           "CheckpointTests", "BadPathTests", "StatsTests", "ThreadTests", "KillTests", "open_store", "resolve_engine"]
 
 
 def _value(rng: random.Random, n: int) -> bytes:
@@ -289,6 +289,40 @@ class PersistenceTests:
         assert durable.size_on_disk() - before >= logical // 2
 
 
+class CheckpointTests:
+    """A checkpoint holds every acknowledged write; each clone of it opens as a store
+    that changes apart from the checkpoint, the other clones and the original.  An
+    engine that cannot checkpoint (``checkpoints`` False) refuses with one line."""
+
+    def test_checkpoint_clones_are_independent_copies(self, open_engine, store, tmp_path):
+        if not store.checkpoints:
+            with pytest.raises(StoreError, match="cannot checkpoint"):
+                store.checkpoint(tmp_path / "checkpoint")
+            return
+        rng = random.Random(8)
+        expect = {rng.getrandbits(64): _value(rng, rng.randrange(300)) for _ in range(2000)}
+        store.put_many(expect.items())
+        ck = tmp_path / "checkpoint"
+        store.checkpoint(ck)
+        store.put(1, b"original, after the checkpoint")
+        cls = type(store)
+        cls.clone_checkpoint(ck, tmp_path / "a")
+        cls.clone_checkpoint(ck, tmp_path / "b")
+        a = open_engine(path=tmp_path / "a", create=False)
+        assert list(a.scan()) == sorted(expect.items())
+        # enough writes for the clone to flush and compact what it shares with the others
+        for b in range(8):
+            a.put_many((b * 10_000 + i, rng.randbytes(1024)) for i in range(500))
+        for k in list(expect)[:100]:
+            a.delete(k)
+        a.settle()
+        a.close()
+        b = open_engine(path=tmp_path / "b", create=False)
+        assert list(b.scan()) == sorted(expect.items())
+        assert store.get(1) == b"original, after the checkpoint" and b.get(1) is None
+        assert open_engine(path=tmp_path / "a", create=False).get(list(expect)[0]) is None
+
+
 class BadPathTests:
     """A bad path is one clear line naming it, and nothing already there is touched."""
 
@@ -473,5 +507,5 @@ class KillTests:
 
 
 class EngineConformance(EngineFixtures, RoundTripTests, ScanTests, PersistenceTests,
-                        BadPathTests, StatsTests, ThreadTests, KillTests):
+                        CheckpointTests, BadPathTests, StatsTests, ThreadTests, KillTests):
     """The whole kit: subclass and override ``engine_factory`` or ``engine_name``."""

@@ -26,6 +26,7 @@ open the store again in the child.
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -94,6 +95,20 @@ class LmdbStore(SegmentStore):
         self._resizing = False
         self._resume = threading.Event()
         self._resume.set()
+
+    checkpoints = True
+
+    def checkpoint(self, path) -> None:
+        """LMDB's consistent copy of the last committed transaction (``mdb_env_copy``),
+        taken under the write lock, so no write or map resize runs meanwhile."""
+        path = os.fspath(path)
+        try:
+            os.makedirs(path)
+            with self._write_lock:
+                self._env.copy(path)
+        except (OSError, self._lmdb.Error) as e:
+            raise StoreError(f"lmdb store {self.path}: checkpoint to {path} failed "
+                             f"({getattr(e, 'strerror', None) or e})") from None
 
     # ----- reads -----------------------------------------------------
     def _read(self, fn, arg):
