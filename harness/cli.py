@@ -258,6 +258,11 @@ def build_parser() -> argparse.ArgumentParser:
                    "their timed runs take turns, N requests each, so load from other tenants "
                    "of a shared machine falls on every setting alike (default: 0, one after "
                    "another)")
+    g.add_argument("--loads", metavar="once|each", help="--scale paper: 'once' loads each "
+                   "setting once, keeps its store (an engine checkpoint) and index snapshot, "
+                   "and starts every run (repeats, --threads counts) from a clone of them; "
+                   "'each' loads before every run (default: once where a setting runs more "
+                   "than once and the engine can checkpoint)")
     g.add_argument("--no-device-probe", dest="device_probe", action="store_false",
                    default=None, help="--threads with --direct-io: skip measuring what the "
                    "device alone gives those thread counts (4 KiB random direct reads, about "
@@ -730,7 +735,7 @@ def cmd_sweep(args, leftover, argv, quiet):
         repeat=args.repeat, threads=args.threads, cap_rule=args.cap_rule,
         cap_entries=args.cap_entries, cap_recoveries=args.cap_recoveries,
         cap_cache=args.cap_cache, breakdown=args.breakdown, force=args.force,
-        interleave=args.interleave, device_probe=args.device_probe)
+        interleave=args.interleave, device_probe=args.device_probe, loads=args.loads)
     if cfg.scale != "paper":             # --scale paper sizes itself to what fits
         from prefixbench.harness import preflight
         preflight.check_replay(f"sweep {args.kind}", sweeps.strategy_names(cfg.strategies),
@@ -756,7 +761,7 @@ def _sweep_capacity(args, quiet):
                           ("--budgets", args.budgets), ("--scale", args.scale),
                           ("--run-requests", args.run_requests), ("--repeat", args.repeat),
                           ("--threads", args.threads), ("--cap-rule", args.cap_rule),
-                          ("--interleave", args.interleave),
+                          ("--interleave", args.interleave), ("--loads", args.loads),
                           ("--no-device-probe", False if args.device_probe is False else None),
                           ("--breakdown", args.breakdown or None)):
         if given is not None:

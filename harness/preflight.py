@@ -185,14 +185,22 @@ def _needs_store(strategy: str) -> bool:
 
 def sweep_need(entries: int, strategies, engine: str | None, *, cache_bytes: int,
                work_dir: str | None = None, run_requests: int = 0,
-               engine_options: dict | None = None, together: bool = False) -> Need:
+               engine_options: dict | None = None, together: bool = False,
+               kept: bool = False) -> Need:
     """A load/run sweep: one counting pass, then each strategy on a fresh store in turn
     beside the radix oracle (stores are removed between settings: the largest counts).
     ``together``: every strategy's store and oracle are held at once (interleaved runs),
-    so they add up."""
+    so they add up.  ``kept``: each strategy's loaded store and index snapshot, and one
+    oracle snapshot, stay on disk for the whole sweep (``--loads once``)."""
     pick = sum if together else (lambda xs: max(xs, default=0.0))
-    disk = pick([store_disk_bytes(s, engine, entries, needs_store=_needs_store(s))
-                 for s in strategies])
+    stores = [store_disk_bytes(s, engine, entries, needs_store=_needs_store(s))
+              for s in strategies]
+    disk = pick(stores)
+    if kept:
+        unique = dict.fromkeys(strategies)
+        disk += sum(store_disk_bytes(s, engine, entries, needs_store=_needs_store(s))
+                    + entries * MEMORY_BYTES_PER_BLOCK.get(s, DEFAULT_MEMORY_BYTES_PER_BLOCK)
+                    for s in unique) + entries * MEMORY_BYTES_PER_BLOCK["radix"]
     requests = entries / BLOCKS_PER_REQUEST_LOW
     counting = entries * (COUNTING_BYTES_PER_BLOCK + STREAM_BYTES_PER_BLOCK)
     oracle = entries * MEMORY_BYTES_PER_BLOCK["radix"] * (len(strategies) if together else 1)

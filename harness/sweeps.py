@@ -77,6 +77,12 @@ fraction (1/2, 1/4, ...) of its paper size that does, and the table header
 says so (``force`` keeps the full size).  A ``run_requests`` larger than the
 trace is refused, naming the trace's request count.
 
+**Loading once** (``loads="once"``, the default where a setting runs more than
+once at paper scale on an engine that can checkpoint): each setting is loaded
+once and kept (:mod:`prefixbench.harness.checkpoints`), with the oracle's
+snapshot (taken after the first load; later loads skip the oracle) and the run
+phase's requests; every run, the first included, starts from a clone.
+
 **Repeats and threads** (strategies sweep).  ``repeat`` runs every setting
 that many times (repeat-major: all settings once, then all again, so drift
 hits every setting alike); the table shows each figure as the median, with
@@ -189,6 +195,8 @@ KINDS = {
     "space": "on-disk bytes and block-metadata entries vs ssd-blockhash (paper 6.6, Table 5)",
 }
 DEFAULT_BUDGETS = (1, 2, 3, 4, 0)
+#: how often a paper-scale sweep loads a setting (:attr:`SweepConfig.loads`)
+LOADS = ("once", "each")
 DEFAULT_STRATEGIES = ("sarp", "ssd-blockhash", "segment-radix-capped", "segment-hash")
 #: the space sweep's reference (the paper's non-packing version) and default company
 SPACE_REFERENCE = "ssd-blockhash"
@@ -274,6 +282,9 @@ class SweepConfig:
     #: with several thread counts and direct I/O: measure what the device alone gives
     #: those counts (:mod:`prefixbench.harness.deviceprobe`)
     device_probe: bool = True
+    #: paper scale: ``once`` loads each setting once and starts every run from a clone
+    #: of it (:mod:`prefixbench.harness.checkpoints`); ``each`` loads before every run
+    loads: str = "each"
 
     @property
     def probes_device(self) -> bool:
@@ -295,7 +306,8 @@ class SweepConfig:
                 "scale": self.scale, "run_requests": self.run_requests if
                 self.scale == "paper" else None, "repeat": self.repeat,
                 "threads": list(self.threads), "cap_rule": self.cap_rule,
-                "interleave": self.interleave, "device_probe": self.probes_device}
+                "interleave": self.interleave, "device_probe": self.probes_device,
+                "loads": self.loads}
 
 
 def _int_list(option: str, text: str, *, allow_unlimited: bool) -> tuple:
@@ -413,7 +425,8 @@ def make_config(kind: str, *, workload: str, workload_options: dict | None = Non
                 scale: str | None = None, run_requests=None, repeat=None, threads=None,
                 cap_rule: str | None = None, cap_entries=None, cap_recoveries=None,
                 cap_cache: str | None = None, breakdown: bool = False,
-                force: bool = False, interleave=None, device_probe=None) -> SweepConfig:
+                force: bool = False, interleave=None, device_probe=None,
+                loads: str | None = None) -> SweepConfig:
     """Check the user's text and build a :class:`SweepConfig`; every problem is one
     :class:`ConfigError` line, raised before any replay starts."""
     if kind not in KINDS:
@@ -438,6 +451,7 @@ def make_config(kind: str, *, workload: str, workload_options: dict | None = Non
     for option, given in (("--repeat", repeat != 1), ("--threads", thread_counts != (1,)),
                           ("--cap-rule", cap_rule is not None),
                           ("--interleave", interleave is not None),
+                          ("--loads", loads is not None),
                           ("--no-device-probe", device_probe is False)):
         if given and kind != "strategies":
             raise ConfigError(f"option {option}: only the strategies sweep takes {option}")
@@ -504,6 +518,7 @@ def make_config(kind: str, *, workload: str, workload_options: dict | None = Non
         backfill=backfill, scale=scale, run_requests=run_requests, repeat=repeat,
         threads=thread_counts, breakdown=bool(breakdown), force=bool(force),
         interleave=interleave, device_probe=device_probe is not False)
+    cfg.loads = _loads(cfg, loads)
     _cap_config(cfg, cap_rule, cap_entries, cap_recoveries, cap_cache)
     if cfg.scale == "paper":
         _paper_workload_options(cfg, fraction=1.0)      # the workload has a paper size
@@ -511,6 +526,25 @@ def make_config(kind: str, *, workload: str, workload_options: dict | None = Non
         cls = reg.get("strategy", s.strategy).factory      # option names and ranges fail
         parse_options(f"strategy {s.strategy}", cls.options, s.options)   # now, not mid-sweep
     return cfg
+
+
+def _loads(cfg: SweepConfig, loads: str | None) -> str:
+    """``once`` or ``each`` (see :attr:`SweepConfig.loads`).  Left out: ``once`` where
+    a setting runs more than once (repeats, thread counts) at paper scale on an engine
+    that can checkpoint, since a load is most of such a sweep's time; else ``each``."""
+    from prefixbench.harness.checkpoints import can_checkpoint
+    if loads is None:
+        runs = cfg.repeat * len(cfg.threads)
+        return "once" if (cfg.scale == "paper" and runs > 1 and cfg.kind == "strategies"
+                          and can_checkpoint(cfg.engine)) else "each"
+    if loads not in LOADS:
+        raise ConfigError(f"option --loads: {loads!r} is not one of {', '.join(LOADS)}")
+    if loads == "once" and cfg.scale != "paper":
+        raise ConfigError("option --loads: only --scale paper has a load phase to keep")
+    if loads == "once" and not can_checkpoint(cfg.engine):
+        raise ConfigError(f"option --loads: engine {cfg.engine} cannot checkpoint a store, "
+                          "so each run loads (--loads each)")
+    return loads
 
 
 def _positive_int(option: str, value, default: int) -> int:
@@ -1050,17 +1084,70 @@ class _Opened:
             self.built.close()
 
 
+class _NoOracle:
+    """Stands in for the oracle in a load whose oracle state is already kept."""
+
+    def insert(self, ids, metas) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class _Loaded:
+    """What a sweep keeps so that each setting loads once (``loads="once"``): the
+    loaded states (:class:`~prefixbench.harness.checkpoints.LoadedStates`) and the
+    run phase's requests, the same for every setting."""
+
+    def __init__(self, states):
+        self.states = states
+        self.run: list | None = None
+
+    def close(self) -> None:
+        self.states.close()
+
+
 def _open_setting(cfg: SweepConfig, setting: Setting, workload, cache_bytes: int, *,
                   quiet: bool, desc: str, threaded: bool, counting: Counting | None,
-                  load_requests: int) -> _Opened:
+                  load_requests: int, loaded: _Loaded | None = None) -> _Opened:
     """A fresh store for ``setting`` with its own oracle, the first ``load_requests``
     requests loaded untimed (needs ``counting``); its run phase is the workload's rest,
-    up to ``cfg.limit`` requests."""
+    up to ``cfg.limit`` requests.  With ``loaded``, the first open of a setting loads
+    it and keeps it; every open (that one too) gets a clone of what was kept."""
+    if loaded is None or not load_requests:
+        return _load_setting(cfg, setting, workload, cache_bytes, quiet=quiet, desc=desc,
+                             threaded=threaded, counting=counting,
+                             load_requests=load_requests)
+    states = loaded.states
+    if not states.has(setting.label):
+        opened = _load_setting(cfg, setting, workload, cache_bytes, quiet=quiet, desc=desc,
+                               threaded=threaded, counting=counting,
+                               load_requests=load_requests,
+                               oracle=_NoOracle() if states.has_oracle else None)
+        try:
+            if loaded.run is None:
+                loaded.run = list(opened.workload.requests())
+            states.keep(setting.label, opened.built, opened.settle)
+            if not states.has_oracle:
+                states.keep_oracle(opened.oracle)
+        finally:
+            opened.close()
+    built, oracle, settle = states.open(setting.label)
+    return _Opened(setting, built, oracle, _Tail(workload, loaded.run, len(loaded.run)),
+                   settle, load_requests)
+
+
+def _load_setting(cfg: SweepConfig, setting: Setting, workload, cache_bytes: int, *,
+                  quiet: bool, desc: str, threaded: bool, counting: Counting | None,
+                  load_requests: int, oracle=None) -> _Opened:
+    """:func:`_open_setting` without kept states: build and load (``oracle``: what
+    shadows the load, a fresh oracle by default)."""
     built = build(setting.strategy, cfg.engine, strategy_options=setting.options,
                   store_dir=None, cache_bytes=cache_bytes, direct_io=cfg.direct_io,
                   durability=cfg.durability, engine_options=_run_engine_options(cfg),
                   block_tokens=workload.block_size)
-    oracle = make_oracle(built.strategy.meta_size)
+    if oracle is None:
+        oracle = make_oracle(built.strategy.meta_size)
     settle = 0.0
     try:
         it = iter(workload.requests())
@@ -1081,16 +1168,18 @@ def _open_setting(cfg: SweepConfig, setting: Setting, workload, cache_bytes: int
 def run_setting(cfg: SweepConfig, setting: Setting, workload, cache_bytes: int, *,
                 quiet: bool = True, desc: str | None = None, threads: int | None = None,
                 counting: Counting | None = None, load_requests: int = 0,
-                repeat: int = 0) -> Row:
+                repeat: int = 0, loaded: _Loaded | None = None) -> Row:
     """Replay one setting on a fresh store with its own oracle shadow.
 
     With ``load_requests`` the first that many requests are loaded untimed first (needs
-    ``counting``); with request threads the run is checked afterwards by the oracle."""
+    ``counting``; with ``loaded``, once per sweep); with request threads the run is
+    checked afterwards by the oracle."""
     threads = cfg.threads[0] if threads is None else threads
     threaded = cfg.threaded
     desc = desc or setting.label
     opened = _open_setting(cfg, setting, workload, cache_bytes, quiet=quiet, desc=desc,
-                           threaded=threaded, counting=counting, load_requests=load_requests)
+                           threaded=threaded, counting=counting, load_requests=load_requests,
+                           loaded=loaded)
     try:
         strategy, oracle = opened.built.strategy, opened.oracle
         if not threaded:
@@ -1109,7 +1198,7 @@ def run_setting(cfg: SweepConfig, setting: Setting, workload, cache_bytes: int, 
 def run_interleaved(cfg: SweepConfig, settings: list, workload, cache_bytes: int, *,
                     quiet: bool = True, counting: Counting | None = None,
                     load_requests: int = 0, repeat: int = 0, first: int = 1,
-                    total_runs: int = 0) -> list[Row]:
+                    total_runs: int = 0, loaded: _Loaded | None = None) -> list[Row]:
     """Every setting at every thread count built and loaded first, all held at once;
     then their timed runs take turns, ``cfg.interleave`` requests each
     (:func:`replay_interleaved`; at several thread counts every count runs on the
@@ -1122,7 +1211,8 @@ def run_interleaved(cfg: SweepConfig, settings: list, workload, cache_bytes: int
             opened.append(_open_setting(
                 cfg, s, workload, cache_bytes, quiet=quiet,
                 desc=f"[{first + k}/{total_runs}] {s.label}" + (f" x{t}" if threaded else ""),
-                threaded=threaded, counting=counting, load_requests=load_requests))
+                threaded=threaded, counting=counting, load_requests=load_requests,
+                loaded=loaded))
         runs = [dict(strategy=o.built.strategy, workload=o.workload, oracle=o.oracle,
                      **({"threads": t, "threaded": True} if threaded else {}),
                      **_breakdown_kw(cfg)) for o, (_s, t) in zip(opened, pairs)]
@@ -1192,7 +1282,7 @@ def paper_size(cfg: SweepConfig, *, free=None) -> PaperSize:
         need = preflight.sweep_need(entries, names, cfg.engine, cache_bytes=cache,
                                     run_requests=cfg.run_requests,
                                     engine_options=cfg.engine_options,
-                                    together=bool(cfg.interleave))
+                                    together=bool(cfg.interleave), kept=cfg.loads == "once")
         short = preflight.shortfall(need, free or preflight.free_space(need.disk_dir))
         first = first or short
         if short is None or cfg.force:
@@ -1272,19 +1362,30 @@ def run_sweep(cfg: SweepConfig, *, quiet: bool = True) -> SweepResult:
     total_runs = cfg.repeat * len(cfg.threads) * len(settings)
     k = 0
     load = paper.load_requests if paper else 0
-    for rep in range(cfg.repeat):
-        if cfg.interleave:
-            runs.extend(run_interleaved(cfg, settings, workload, cache, quiet=quiet,
-                                        counting=counting, load_requests=load, repeat=rep,
-                                        first=k + 1, total_runs=total_runs))
-            k += len(settings) * len(cfg.threads)
-            continue
-        for t in cfg.threads:
-            for s in settings:
-                k += 1
-                runs.append(run_setting(
-                    cfg, s, workload, cache, quiet=quiet, desc=f"[{k}/{total_runs}] {s.label}",
-                    threads=t, counting=counting, load_requests=load, repeat=rep))
+    loaded = None
+    if cfg.loads == "once":
+        from prefixbench.harness.checkpoints import LoadedStates
+        loaded = _Loaded(LoadedStates(cfg.engine, cache_bytes=cache, direct_io=cfg.direct_io,
+                                      durability=cfg.durability,
+                                      engine_options=_run_engine_options(cfg)))
+    try:
+        for rep in range(cfg.repeat):
+            if cfg.interleave:
+                runs.extend(run_interleaved(cfg, settings, workload, cache, quiet=quiet,
+                                            counting=counting, load_requests=load, repeat=rep,
+                                            first=k + 1, total_runs=total_runs, loaded=loaded))
+                k += len(settings) * len(cfg.threads)
+                continue
+            for t in cfg.threads:
+                for s in settings:
+                    k += 1
+                    runs.append(run_setting(
+                        cfg, s, workload, cache, quiet=quiet,
+                        desc=f"[{k}/{total_runs}] {s.label}", threads=t, counting=counting,
+                        load_requests=load, repeat=rep, loaded=loaded))
+    finally:
+        if loaded is not None:
+            loaded.close()
     first = [r for r in runs if r.repeat == 0 and r.threads == cfg.threads[0]]
     spans = None
     if cfg.kind == "strategies" and cfg.workload in PAPER_SPAN_SHARE and \

@@ -264,12 +264,13 @@ class SegmentHashStrategy(TombstoneOverlay):
 
     def _snapshot_state(self):
         return {"entries": self._entries, "records": self._records,
-                "blocks_written": self._blocks_written}, {}
+                "blocks_written": self._blocks_written, "insert_reads": self._insert_reads}, {}
 
     def _restore_state(self, meta, sections):
         self._entries = int(meta.get("entries", 0))
         self._records = int(meta.get("records", 0))
         self._blocks_written = int(meta.get("blocks_written", 0))
+        self._insert_reads = int(meta.get("insert_reads", 0))
 
     def stats(self) -> dict:
         mt, e = self._matches, self._entries

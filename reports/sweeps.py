@@ -126,6 +126,10 @@ def conditions(res) -> str:
                 f"requests; load phase {load:,} requests untimed (bulk insert_known_prefix), "
                 f"run phase the last {run:,} timed (match, then insert); the oracle shadows "
                 f"both")
+        if cfg.get("loads") == "once":
+            out += ("\n  each setting loaded once, then kept (engine checkpoint, index and "
+                    "oracle snapshots): every run starts from a clone of it, its index "
+                    "recovered from the snapshot and the engine's cache cold")
         if f < 1:
             need = ""
             if isinstance(md.get("paper_disk_need"), (int, float)):

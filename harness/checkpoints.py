@@ -1,0 +1,119 @@
+"""Load once, run many: a loaded index and its store kept as a checkpoint, and
+every run started from a clone of it.
+
+A paper-scale sweep loads each setting with most of a trace before it times the
+rest; at ultrachat's size one load takes about half an hour.  Repeats and thread
+counts need that same loaded state again, so :class:`LoadedStates` keeps, per
+setting, the engine's checkpoint of the store (:meth:`SegmentStore.checkpoint`)
+and the strategy's snapshot (:meth:`IndexStrategy.snapshot`), and the oracle's
+snapshot once (after the load it is the same for every setting).  A run then
+gets a clone of the store (:meth:`SegmentStore.clone_checkpoint`) with the
+strategy and the oracle recovered from their snapshots.
+
+Every run, the first included, starts from a clone, so all of them start alike:
+the store's files as the load left them once it settled, the engine's cache cold.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+from prefixbench.errors import StoreError
+from prefixbench.harness.build import Built, fresh_run_dir, open_engine
+from prefixbench.registry import get_registry
+
+__all__ = ["LoadedStates", "can_checkpoint"]
+
+
+def can_checkpoint(engine: str | None) -> bool:
+    """Whether ``engine`` can keep a loaded store (no engine: nothing to keep)."""
+    return engine is None or bool(getattr(get_registry().get("engine", engine).factory,
+                                          "checkpoints", False))
+
+
+class LoadedStates:
+    """Loaded settings kept on disk under one temporary directory, until :meth:`close`.
+
+    ``engine`` and the store settings are those every clone opens with."""
+
+    def __init__(self, engine: str | None, *, cache_bytes: int, direct_io: bool = False,
+                 durability: str = "async", engine_options: dict | None = None,
+                 work_dir: str | None = None):
+        self.engine = engine
+        self._store_kw = dict(cache_bytes=cache_bytes, direct_io=direct_io,
+                              durability=durability, options=dict(engine_options or {}))
+        self.root = tempfile.mkdtemp(prefix="prefixbench-loaded-", dir=work_dir)
+        #: key -> (strategy class, meta size, store checkpoint or None, snapshot dir, extra)
+        self._kept: dict = {}
+        self._oracle = None             # (class, meta size, snapshot dir)
+
+    def has(self, key) -> bool:
+        return key in self._kept
+
+    @property
+    def has_oracle(self) -> bool:
+        return self._oracle is not None
+
+    def keep(self, key, built: Built, extra=None) -> None:
+        """Checkpoint ``built``'s store and snapshot its strategy under ``key``;
+        ``extra`` comes back with every :meth:`open`.  ``built`` stays open."""
+        where = os.path.join(self.root, f"setting-{len(self._kept)}")
+        os.makedirs(where)
+        store_dir = None
+        if built.store is not None:
+            store_dir = os.path.join(where, "store")
+            built.store.checkpoint(store_dir)
+        snap = os.path.join(where, "index")
+        os.makedirs(snap)
+        built.strategy.snapshot(snap)
+        self._kept[key] = (type(built.strategy), built.strategy.meta_size, store_dir, snap,
+                           extra)
+
+    def keep_oracle(self, oracle) -> None:
+        """Snapshot the oracle as the load left it (once: every setting's load is the same)."""
+        snap = os.path.join(self.root, "oracle")
+        os.makedirs(snap)
+        oracle.snapshot(snap)
+        self._oracle = (type(oracle), oracle.meta_size, snap)
+
+    def open(self, key) -> tuple:
+        """``(built, oracle, extra)``: a fresh clone of ``key``'s store with its strategy
+        and a fresh oracle, both recovered from their snapshots; the caller closes
+        both (closing ``built`` removes the clone)."""
+        cls, meta_size, store_dir, snap, extra = self._kept[key]
+        store, path = None, None
+        if store_dir is not None:
+            path, _owns = fresh_run_dir(None)
+            try:
+                factory = get_registry().get("engine", self.engine).factory
+                factory.clone_checkpoint(store_dir, path)
+                store = open_engine(self.engine, path, **self._store_kw)
+            except BaseException:
+                shutil.rmtree(path, ignore_errors=True)
+                raise
+        built = None
+        try:
+            strategy = cls.recover(store, snap, meta_size=meta_size, durable_log=False,
+                                   quiet=True)
+            built = Built(strategy, store, path, path is not None)
+            oracle = None
+            if self._oracle is not None:
+                ocls, oms, osnap = self._oracle
+                oracle = ocls.recover(None, osnap, meta_size=oms, durable_log=False, quiet=True)
+        except BaseException:
+            if built is not None:
+                built.close()
+            else:
+                if store is not None:
+                    store.close()
+                if path is not None:
+                    shutil.rmtree(path, ignore_errors=True)
+            raise
+        if oracle is None:
+            built.close()
+            raise StoreError("loaded states: no oracle was kept (keep_oracle first)")
+        return built, oracle, extra
+
+    def close(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
