@@ -173,7 +173,7 @@ import json
 import math
 import os
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -285,6 +285,9 @@ class SweepConfig:
     #: paper scale: ``once`` loads each setting once and starts every run from a clone
     #: of it (:mod:`prefixbench.harness.checkpoints`); ``each`` loads before every run
     loads: str = "each"
+    #: ``loads`` was chosen, not given: it falls back to ``each`` where keeping every
+    #: setting's load would shrink the paper-scale trace
+    loads_chosen: bool = False
 
     @property
     def probes_device(self) -> bool:
@@ -518,7 +521,7 @@ def make_config(kind: str, *, workload: str, workload_options: dict | None = Non
         backfill=backfill, scale=scale, run_requests=run_requests, repeat=repeat,
         threads=thread_counts, breakdown=bool(breakdown), force=bool(force),
         interleave=interleave, device_probe=device_probe is not False)
-    cfg.loads = _loads(cfg, loads)
+    cfg.loads, cfg.loads_chosen = _loads(cfg, loads), loads is None
     _cap_config(cfg, cap_rule, cap_entries, cap_recoveries, cap_cache)
     if cfg.scale == "paper":
         _paper_workload_options(cfg, fraction=1.0)      # the workload has a paper size
@@ -1330,6 +1333,12 @@ def run_sweep(cfg: SweepConfig, *, quiet: bool = True) -> SweepResult:
     cache = cfg.cache_bytes
     if cfg.scale == "paper":
         paper = paper_size(cfg)
+        if cfg.loads == "once" and cfg.loads_chosen:
+            each = paper_size(replace(cfg, loads="each"))
+            if each.fraction > paper.fraction:
+                # keeping every setting's load would not fit the size a load per run
+                # fits: the trace's size comes first
+                cfg.loads, paper = "each", each
         workload = make_workload(cfg.workload, paper.workload_options)
         total = len(workload)
         if cfg.run_requests > total:

@@ -131,3 +131,21 @@ def test_kept_loads_count_in_the_preflight():
                  for s in ("sarp", "ssd-blockhash"))
     assert kept.disk >= plain.disk + stores
     assert kept.memory == plain.memory
+
+
+def test_a_chosen_once_falls_back_to_each_where_keeping_loads_would_shrink_the_trace(
+        small_paper, monkeypatch):
+    def need(loads):
+        cfg = _config(engine="lmdb", repeat="2", strategies="sarp,ssd-blockhash", loads=loads)
+        n = preflight.sweep_need(20_000, ["sarp", "ssd-blockhash"], "lmdb",
+                                 cache_bytes=round(0.1 * 20_000 * 24), run_requests=60,
+                                 kept=cfg.loads == "once")
+        return n.disk
+    # room for a load per run at the full size, not for every setting's kept load
+    disk = (need("each") + need("once")) / 2 / preflight.HEADROOM
+    monkeypatch.setattr(preflight, "free_space", lambda d: preflight.Free(disk, 1e18))
+    chosen = sweeps.run_sweep(_config(engine="lmdb", repeat="2", strategies="sarp,ssd-blockhash"))
+    assert chosen.config.loads == "each" and chosen.paper.fraction == 1.0
+    given = sweeps.run_sweep(_config(engine="lmdb", repeat="2", strategies="sarp,ssd-blockhash",
+                                     loads="once"))
+    assert given.config.loads == "once" and given.paper.fraction < 1.0
