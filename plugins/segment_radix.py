@@ -503,7 +503,7 @@ class SegmentRadixStrategy(TombstoneOverlay):
 
     # ------------------------------------------------------------------ durability
     # The snapshot holds the RESIDENT nodes only - one row per node (id, first,
-    # last, segment, start, length) in LRU order and one per child link of the
+    # last, segment, start, length, flags: 1 dirty, 2 durable) in LRU order and one per child link of the
     # root and of each resident node (parent id, first id, child id) - plus the
     # counters; a spilled node stays in the spill space and is read on demand
     # after recovery as in normal operation, so recovery work is proportional
@@ -545,24 +545,34 @@ class SegmentRadixStrategy(TombstoneOverlay):
         nodes = self._nodes
         with self._lock:
             res = list(nodes.resident.items())          # LRU order, least recent first
-            rows = np.array([(nid, n.first, n.last, n.seg, n.start, n.length) for nid, n in res],
-                            dtype=np.uint64).reshape(-1, 6)
+            rows = np.array([(nid, n.first, n.last, n.seg, n.start, n.length,
+                              n.dirty | n.durable << 1) for nid, n in res],
+                            dtype=np.uint64).reshape(-1, 7)
             edges = np.array([(pid, f, c) for pid, n in [(0, nodes.root)] + res if n.kids
                               for f, c in n.kids.items()], dtype=np.uint64).reshape(-1, 3)
             meta = {"count": nodes.count, "last_id": nodes.last_id, "entries": self._entries,
-                    "segments": self._segments, "segment_blocks": self._segment_blocks}
+                    "segments": self._segments, "segment_blocks": self._segment_blocks,
+                    "spill_reads": nodes.spill_reads, "spill_writes": nodes.spill_writes}
             if nodes.capped and self.store is not None:
                 self.store.sync()                       # the records the snapshot relies on
         return meta, {"nodes": rows, "edges": edges}
 
     def _restore_state(self, meta, sections):
         rows, edges = sections["nodes"], sections["edges"]
-        if rows.ndim != 2 or rows.shape[1] != 6 or edges.ndim != 2 or edges.shape[1] != 3:
+        if rows.ndim != 2 or rows.shape[1] not in (6, 7) or edges.ndim != 2 \
+                or edges.shape[1] != 3:
             raise ValueError("node or edge table of the wrong shape")
         nodes = self._nodes
         table = {0: nodes.root}
-        for nid, first, last, seg, start, length in rows.tolist():
-            n = _Node(first, last, seg, start, length)     # dirty: rewritten when spilled
+        for row in rows.tolist():
+            nid, first, last, seg, start, length = row[:6]
+            n = _Node(first, last, seg, start, length)
+            if len(row) == 7:
+                # as at the snapshot: a clean node's spill record held its state then
+                # (the snapshot synced the engine), and a later record of it is only
+                # newer, so leaving it unwritten loses nothing; without the flags
+                # (older snapshots) every node is dirty and rewritten when spilled
+                n.dirty, n.durable = bool(row[6] & 1), bool(row[6] & 2)
             table[nid] = n
             nodes.resident[nid] = n
         for pid, first, cid in edges.tolist():
@@ -575,6 +585,8 @@ class SegmentRadixStrategy(TombstoneOverlay):
         self._entries = int(meta["entries"])
         self._segments = int(meta["segments"])
         self._segment_blocks = int(meta["segment_blocks"])
+        nodes.spill_reads = int(meta.get("spill_reads", 0))
+        nodes.spill_writes = int(meta.get("spill_writes", 0))
         self._deserialized = len(rows)
         nodes.trim()
 

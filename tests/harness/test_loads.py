@@ -45,7 +45,9 @@ def _config(**kw):
 @pytest.mark.parametrize("engine", ["lmdb", "rocksdb"])
 def test_runs_from_kept_loads_find_what_runs_after_their_own_load_find(small_paper, engine,
                                                                        monkeypatch):
-    common = dict(engine=engine, repeat="2", strategies=FOUR)
+    # a capped tree small enough to spill: a restored node must not be written again
+    common = dict(engine=engine, repeat="2", strategies=FOUR,
+                  strategy_options={"segment-radix-capped:cap_nodes": "64"})
     each = sweeps.run_sweep(_config(loads="each", **common))
     loads = []
     real = sweeps.load_phase
@@ -68,6 +70,9 @@ def test_runs_from_kept_loads_find_what_runs_after_their_own_load_find(small_pap
         assert set(sa) == set(sb)
         differ = {k for k in sa if sa[k] != sb[k]}
         assert differ <= APART, (a.setting.label, {k: (sa[k], sb[k]) for k in differ - APART})
+    capped = [r.result.strategy_stats for r in once.all_rows
+              if r.setting.label == "segment-radix-capped"]
+    assert all(st["spill_writes"] > 0 for st in capped)
     assert "each setting loaded once, then kept" in once.table()
     assert "loaded once" not in each.table()
     # the kept loads and every clone are gone once the sweep ends

@@ -569,6 +569,7 @@ def test_capped_snapshot_holds_only_the_resident_nodes(tmp_path):
     for t, ids in enumerate(seqs):
         for x in (s, plain, oracle):
             x.insert(ids, metas_of(ids, t))
+    s.match(seqs[0])                # brings spilled nodes back: resident and clean
     before = s.stats()
     assert before["nodes"] > 40 and before["memory_nodes"] == 5
     s.snapshot(tmp_path / "capped")
@@ -579,13 +580,33 @@ def test_capped_snapshot_holds_only_the_resident_nodes(tmp_path):
     assert r.recovery["nodes_deserialized"] == 5
     assert store.stats().reads - reads0 <= 1                 # the high-water record only
     st_ = r.stats()
-    assert st_["spill_reads"] == 0 and st_["memory_nodes"] == 5
+    assert st_["spill_reads"] == before["spill_reads"] and st_["memory_nodes"] == 5
+    assert st_["spill_writes"] == before["spill_writes"]    # counters carry over
     assert st_["nodes"] == before["nodes"] and st_["entries"] == before["entries"]
+    # each resident node comes back as clean or dirty as it was: a clean one is not
+    # written again when it spills
+    flags = [(i, n.dirty, n.durable) for i, n in s._nodes.resident.items()]
+    assert [(i, n.dirty, n.durable) for i, n in r._nodes.resident.items()] == flags
+    assert any(not d for _i, d, _u in flags)
     pr = _recover(SegmentRadixStrategy, MemoryStore(), tmp_path / "plain", None)
     assert pr.recovery["nodes_deserialized"] == before["nodes"]
     assert r.recovery["snapshot_bytes"] * 4 < pr.recovery["snapshot_bytes"]
     _answers_equal_oracle(r, oracle, seqs + [ids_of([1, 2, 3])])
-    assert r.stats()["spill_reads"] > 0
+    assert r.stats()["spill_reads"] > before["spill_reads"]
+
+
+def test_capped_snapshot_without_node_flags_restores_every_node_dirty(tmp_path):
+    """A snapshot written before the flags column (six columns) still recovers; with
+    nothing known of its nodes' records, each is written again when it spills."""
+    s = CappedSegmentRadixStrategy(MemoryStore(), {"S": 4, "cap_nodes": 5})
+    for t, ids in enumerate(_seqs(1, 60)):
+        s.insert(ids, metas_of(ids, t))
+    meta, sections = s._snapshot_state()
+    old = dict(sections, nodes=np.ascontiguousarray(sections["nodes"][:, :6]))
+    r = CappedSegmentRadixStrategy(s.store, {"S": 4, "cap_nodes": 5})
+    r._restore_state(meta, old)
+    assert list(r._nodes.resident) == list(s._nodes.resident)
+    assert all(n.dirty and not n.durable for n in r._nodes.resident.values())
 
 
 def test_capped_recover_after_inserts_beyond_the_snapshot(tmp_path):
