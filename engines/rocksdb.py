@@ -158,7 +158,11 @@ class RocksDBStore(SegmentStore):
             o.set_use_direct_reads(True)
             o.set_use_direct_io_for_flush_and_compaction(True)
         try:
-            self._db = rocksdict.Rdict(self.path, o)
+            # the default column family's options given explicitly: reopening an existing
+            # store, rocksdict otherwise takes that family's options from the store's
+            # OPTIONS file, where the block cache is not saved (RocksDB's default 8 MiB
+            # cache then replaces the budget's)
+            self._db = rocksdict.Rdict(self.path, o, column_families={"default": o})
         except Exception as e:   # rocksdict raises a bare Exception
             why = str(e).splitlines()[0] if str(e) else type(e).__name__
             raise StoreError(f"rocksdb store path {self.path}: cannot open ({why})") from None

@@ -184,6 +184,23 @@ def test_rocksdb_splits_the_budget(tmp_path):
                                  options={"write_buffer_bytes": 2 << 20}))
 
 
+def test_rocksdb_reopened_store_keeps_the_budget(tmp_path):
+    """A reopened store (recovery, a checkpoint's clone) gets the budget's block cache
+    and memtables, not the defaults rocksdict reads from the store's OPTIONS file."""
+    path = str(tmp_path / "s")
+    config = StoreConfig(path=path, cache_bytes=4 << 20, options={"l0_compaction_trigger": "6"})
+    with RocksDBStore(config) as s:
+        s.put(1, b"x")
+    for _ in range(2):
+        with RocksDBStore(StoreConfig(path=path, cache_bytes=4 << 20, create=False)) as s:
+            db = s._db
+            assert db.property_int_value("rocksdb.block-cache-capacity") == 2 << 20
+            assert s.get(1) == b"x"
+        text = max((tmp_path / "s").glob("OPTIONS-*")).read_text()
+        assert "\n  write_buffer_size=1048576\n" in text
+        assert "\n  level0_file_num_compaction_trigger=4\n" in text     # this open's own
+
+
 @pytest.mark.parametrize("in_cache", ["false", "true"])
 def test_rocksdb_index_and_filters_outside_the_cache_are_reported(tmp_path, in_cache):
     """RocksDB's default keeps index and filter blocks in the table readers; that
