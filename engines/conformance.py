@@ -3,8 +3,8 @@
 Fixtures apart from tests, as in fsspec's ``tests/abstract``:
 :class:`EngineFixtures` opens the engine under test, and each mixin checks
 one behaviour (:class:`RoundTripTests`, :class:`ScanTests`,
-:class:`PersistenceTests`, :class:`CheckpointTests`, :class:`BadPathTests`, :class:`StatsTests`,
-:class:`ThreadTests`, :class:`KillTests`).  :class:`EngineConformance` is
+:class:`PersistenceTests`, :class:`CheckpointTests`, :class:`BadPathTests`,
+:class:`StatsTests`, :class:`ThreadTests`, :class:`KillTests`).  :class:`EngineConformance` is
 all of them.  A plugin author's test file::
 
     import pytest
@@ -46,7 +46,8 @@ from prefixbench.engines.conformance_child import batch_items, open_store, resol
 from prefixbench.errors import StoreError
 
 __all__ = ["EngineConformance", "EngineFixtures", "RoundTripTests", "ScanTests", "PersistenceTests",
-           "CheckpointTests", "BadPathTests", "StatsTests", "ThreadTests", "KillTests", "open_store", "resolve_engine"]
+           "CheckpointTests", "BadPathTests", "StatsTests", "ThreadTests", "KillTests",
+           "open_store", "resolve_engine"]
 
 
 def _value(rng: random.Random, n: int) -> bytes:

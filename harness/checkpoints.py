@@ -6,9 +6,10 @@ rest; at ultrachat's size one load takes about half an hour.  Repeats and thread
 counts need that same loaded state again, so :class:`LoadedStates` keeps, per
 setting, the engine's checkpoint of the store (:meth:`SegmentStore.checkpoint`)
 and the strategy's snapshot (:meth:`IndexStrategy.snapshot`), and the oracle's
-snapshot once (after the load it is the same for every setting).  A run then
-gets a clone of the store (:meth:`SegmentStore.clone_checkpoint`) with the
-strategy and the oracle recovered from their snapshots.
+snapshot once (after the load it is the same for every setting), with the
+requests every run replays.  A run then gets a clone of the store
+(:meth:`SegmentStore.clone_checkpoint`) with the strategy and the oracle
+recovered from their snapshots.
 
 Every run, the first included, starts from a clone, so all of them start alike:
 the store's files as the load left them once it settled, the engine's cache cold.
@@ -47,6 +48,8 @@ class LoadedStates:
         #: key -> (strategy class, meta size, store checkpoint or None, snapshot dir, extra)
         self._kept: dict = {}
         self._oracle = None             # (class, meta size, snapshot dir)
+        #: the requests every run replays after the load (the caller keeps them here)
+        self.run_requests: list | None = None
 
     def has(self, key) -> bool:
         return key in self._kept
@@ -81,38 +84,31 @@ class LoadedStates:
         """``(built, oracle, extra)``: a fresh clone of ``key``'s store with its strategy
         and a fresh oracle, both recovered from their snapshots; the caller closes
         both (closing ``built`` removes the clone)."""
+        if self._oracle is None:
+            raise StoreError("loaded states: no oracle was kept (keep_oracle first)")
         cls, meta_size, store_dir, snap, extra = self._kept[key]
-        store, path = None, None
-        if store_dir is not None:
-            path, _owns = fresh_run_dir(None)
-            try:
-                factory = get_registry().get("engine", self.engine).factory
-                factory.clone_checkpoint(store_dir, path)
-                store = open_engine(self.engine, path, **self._store_kw)
-            except BaseException:
-                shutil.rmtree(path, ignore_errors=True)
-                raise
-        built = None
+        store = path = None
         try:
+            if store_dir is not None:
+                path, _owns = fresh_run_dir(None)
+                get_registry().get("engine", self.engine).factory.clone_checkpoint(store_dir,
+                                                                                   path)
+                store = open_engine(self.engine, path, **self._store_kw)
             strategy = cls.recover(store, snap, meta_size=meta_size, durable_log=False,
                                    quiet=True)
-            built = Built(strategy, store, path, path is not None)
-            oracle = None
-            if self._oracle is not None:
-                ocls, oms, osnap = self._oracle
-                oracle = ocls.recover(None, osnap, meta_size=oms, durable_log=False, quiet=True)
         except BaseException:
-            if built is not None:
-                built.close()
-            else:
-                if store is not None:
-                    store.close()
-                if path is not None:
-                    shutil.rmtree(path, ignore_errors=True)
+            if store is not None:
+                store.close()
+            if path is not None:
+                shutil.rmtree(path, ignore_errors=True)
             raise
-        if oracle is None:
+        built = Built(strategy, store, path, path is not None)
+        try:
+            ocls, oms, osnap = self._oracle
+            oracle = ocls.recover(None, osnap, meta_size=oms, durable_log=False, quiet=True)
+        except BaseException:
             built.close()
-            raise StoreError("loaded states: no oracle was kept (keep_oracle first)")
+            raise
         return built, oracle, extra
 
     def close(self) -> None:

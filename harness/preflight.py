@@ -193,14 +193,12 @@ def sweep_need(entries: int, strategies, engine: str | None, *, cache_bytes: int
     so they add up.  ``kept``: each strategy's loaded store and index snapshot, and one
     oracle snapshot, stay on disk for the whole sweep (``--loads once``)."""
     pick = sum if together else (lambda xs: max(xs, default=0.0))
-    stores = [store_disk_bytes(s, engine, entries, needs_store=_needs_store(s))
-              for s in strategies]
-    disk = pick(stores)
+    store = {s: store_disk_bytes(s, engine, entries, needs_store=_needs_store(s))
+             for s in dict.fromkeys(strategies)}
+    disk = pick([store[s] for s in strategies])
     if kept:
-        unique = dict.fromkeys(strategies)
-        disk += sum(store_disk_bytes(s, engine, entries, needs_store=_needs_store(s))
-                    + entries * MEMORY_BYTES_PER_BLOCK.get(s, DEFAULT_MEMORY_BYTES_PER_BLOCK)
-                    for s in unique) + entries * MEMORY_BYTES_PER_BLOCK["radix"]
+        disk += sum(b + entries * MEMORY_BYTES_PER_BLOCK.get(s, DEFAULT_MEMORY_BYTES_PER_BLOCK)
+                    for s, b in store.items()) + entries * MEMORY_BYTES_PER_BLOCK["radix"]
     requests = entries / BLOCKS_PER_REQUEST_LOW
     counting = entries * (COUNTING_BYTES_PER_BLOCK + STREAM_BYTES_PER_BLOCK)
     oracle = entries * MEMORY_BYTES_PER_BLOCK["radix"] * (len(strategies) if together else 1)

@@ -538,7 +538,7 @@ def _loads(cfg: SweepConfig, loads: str | None) -> str:
     from prefixbench.harness.checkpoints import can_checkpoint
     if loads is None:
         runs = cfg.repeat * len(cfg.threads)
-        return "once" if (cfg.scale == "paper" and runs > 1 and cfg.kind == "strategies"
+        return "once" if (cfg.scale == "paper" and runs > 1
                           and can_checkpoint(cfg.engine)) else "each"
     if loads not in LOADS:
         raise ConfigError(f"option --loads: {loads!r} is not one of {', '.join(LOADS)}")
@@ -1097,47 +1097,36 @@ class _NoOracle:
         pass
 
 
-class _Loaded:
-    """What a sweep keeps so that each setting loads once (``loads="once"``): the
-    loaded states (:class:`~prefixbench.harness.checkpoints.LoadedStates`) and the
-    run phase's requests, the same for every setting."""
-
-    def __init__(self, states):
-        self.states = states
-        self.run: list | None = None
-
-    def close(self) -> None:
-        self.states.close()
-
-
 def _open_setting(cfg: SweepConfig, setting: Setting, workload, cache_bytes: int, *,
                   quiet: bool, desc: str, threaded: bool, counting: Counting | None,
-                  load_requests: int, loaded: _Loaded | None = None) -> _Opened:
+                  load_requests: int, loaded=None) -> _Opened:
     """A fresh store for ``setting`` with its own oracle, the first ``load_requests``
     requests loaded untimed (needs ``counting``); its run phase is the workload's rest,
-    up to ``cfg.limit`` requests.  With ``loaded``, the first open of a setting loads
-    it and keeps it; every open (that one too) gets a clone of what was kept."""
+    up to ``cfg.limit`` requests.  With ``loaded`` (a
+    :class:`~prefixbench.harness.checkpoints.LoadedStates`, ``loads="once"``), the
+    first open of a setting loads it and keeps it, with the run phase's requests the
+    first time; every open (that one too) gets a clone of what was kept."""
     if loaded is None or not load_requests:
         return _load_setting(cfg, setting, workload, cache_bytes, quiet=quiet, desc=desc,
                              threaded=threaded, counting=counting,
                              load_requests=load_requests)
-    states = loaded.states
-    if not states.has(setting.label):
+    if not loaded.has(setting.label):
         opened = _load_setting(cfg, setting, workload, cache_bytes, quiet=quiet, desc=desc,
                                threaded=threaded, counting=counting,
                                load_requests=load_requests,
-                               oracle=_NoOracle() if states.has_oracle else None)
+                               oracle=_NoOracle() if loaded.has_oracle else None)
         try:
-            if loaded.run is None:
-                loaded.run = list(opened.workload.requests())
-            states.keep(setting.label, opened.built, opened.settle)
-            if not states.has_oracle:
-                states.keep_oracle(opened.oracle)
+            if loaded.run_requests is None:
+                loaded.run_requests = list(opened.workload.requests())
+            loaded.keep(setting.label, opened.built, opened.settle)
+            if not loaded.has_oracle:
+                loaded.keep_oracle(opened.oracle)
         finally:
             opened.close()
-    built, oracle, settle = states.open(setting.label)
-    return _Opened(setting, built, oracle, _Tail(workload, loaded.run, len(loaded.run)),
-                   settle, load_requests)
+    built, oracle, settle = loaded.open(setting.label)
+    run = loaded.run_requests
+    return _Opened(setting, built, oracle, _Tail(workload, run, len(run)), settle,
+                   load_requests)
 
 
 def _load_setting(cfg: SweepConfig, setting: Setting, workload, cache_bytes: int, *,
@@ -1171,7 +1160,7 @@ def _load_setting(cfg: SweepConfig, setting: Setting, workload, cache_bytes: int
 def run_setting(cfg: SweepConfig, setting: Setting, workload, cache_bytes: int, *,
                 quiet: bool = True, desc: str | None = None, threads: int | None = None,
                 counting: Counting | None = None, load_requests: int = 0,
-                repeat: int = 0, loaded: _Loaded | None = None) -> Row:
+                repeat: int = 0, loaded=None) -> Row:
     """Replay one setting on a fresh store with its own oracle shadow.
 
     With ``load_requests`` the first that many requests are loaded untimed first (needs
@@ -1201,7 +1190,7 @@ def run_setting(cfg: SweepConfig, setting: Setting, workload, cache_bytes: int, 
 def run_interleaved(cfg: SweepConfig, settings: list, workload, cache_bytes: int, *,
                     quiet: bool = True, counting: Counting | None = None,
                     load_requests: int = 0, repeat: int = 0, first: int = 1,
-                    total_runs: int = 0, loaded: _Loaded | None = None) -> list[Row]:
+                    total_runs: int = 0, loaded=None) -> list[Row]:
     """Every setting at every thread count built and loaded first, all held at once;
     then their timed runs take turns, ``cfg.interleave`` requests each
     (:func:`replay_interleaved`; at several thread counts every count runs on the
@@ -1374,9 +1363,8 @@ def run_sweep(cfg: SweepConfig, *, quiet: bool = True) -> SweepResult:
     loaded = None
     if cfg.loads == "once":
         from prefixbench.harness.checkpoints import LoadedStates
-        loaded = _Loaded(LoadedStates(cfg.engine, cache_bytes=cache, direct_io=cfg.direct_io,
-                                      durability=cfg.durability,
-                                      engine_options=_run_engine_options(cfg)))
+        loaded = LoadedStates(cfg.engine, cache_bytes=cache, direct_io=cfg.direct_io,
+                              durability=cfg.durability, engine_options=_run_engine_options(cfg))
     try:
         for rep in range(cfg.repeat):
             if cfg.interleave:

@@ -78,6 +78,7 @@ from prefixbench.plugins.strategy import (
     Option,
     as_block_ids,
     as_metas,
+    check_known,
     check_worker,
 )
 
@@ -399,9 +400,7 @@ class SsdBlockHashStrategy(IndexStrategy):
         ids = as_block_ids(block_ids)
         n, ms = len(ids), self.meta_size
         raw = as_metas(metas, n, ms).tobytes()
-        if not 0 <= known <= n:
-            raise ValueError(f"known={known} outside 0..{n}")
-        if known == n:
+        if check_known(known, n) == n:
             return
         with self._insert_lock:
             self._write_new(ids.tolist(), raw, range(known, n))

@@ -49,7 +49,7 @@ from prefixbench.errors import ConfigError, StoreError
 from prefixbench.hookspecs import hookimpl
 from prefixbench.phases import ENCODE, ROUTING
 from prefixbench.plugins.strategy import (META_SIZE, IndexStrategy, Match, Option, as_block_ids,
-                                          as_metas, check_worker)
+                                          as_metas, check_known, check_worker)
 
 _blockhash = twins.load("prefixbench.plugins._blockhash")
 
@@ -144,9 +144,7 @@ class RedisBlockHashStrategy(IndexStrategy):
     def insert_known_prefix(self, block_ids, metas, known: int) -> None:
         ids = as_block_ids(block_ids)
         m = as_metas(metas, len(ids), self.meta_size)
-        if not 0 <= known <= len(ids):
-            raise ValueError(f"known={known} outside 0..{len(ids)}")
-        if known == len(ids):
+        if check_known(known, len(ids)) == len(ids):
             return
         with self._insert_lock:
             self._upload(ids, m, np.arange(known, len(ids)))

@@ -293,6 +293,7 @@ from prefixbench.plugins.strategy import (
     Option,
     as_block_ids,
     as_metas,
+    check_known,
 )
 from prefixbench.plugins import recovery as _recovery
 from prefixbench.plugins.removal import TombstoneOverlay
@@ -729,10 +730,7 @@ class SarpStrategy(TombstoneOverlay):
         removal overlay's wrapper calls this only while no block was ever removed
         (else plain :meth:`insert`), so no reclamation can have cut such a window; a
         remove landing during the insert makes the wrapper insert again, unhinted."""
-        n = len(block_ids)
-        if not 0 <= known <= n:
-            raise ValueError(f"known={known} outside 0..{n}")
-        self._tl.known = int(known)
+        self._tl.known = check_known(known, len(block_ids))
         try:
             self.insert(block_ids, metas)
         finally:

@@ -503,8 +503,9 @@ class SegmentRadixStrategy(TombstoneOverlay):
 
     # ------------------------------------------------------------------ durability
     # The snapshot holds the RESIDENT nodes only - one row per node (id, first,
-    # last, segment, start, length, flags: 1 dirty, 2 durable) in LRU order and one per child link of the
-    # root and of each resident node (parent id, first id, child id) - plus the
+    # last, segment, start, length, flags: 1 dirty, 2 durable) in LRU order and
+    # one per child link of the root and of each resident node (parent id, first
+    # id, child id) - plus the
     # counters; a spilled node stays in the spill space and is read on demand
     # after recovery as in normal operation, so recovery work is proportional
     # to the in-memory part (the whole tree when uncapped).

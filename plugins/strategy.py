@@ -182,6 +182,13 @@ def removal_ids(block_ids, owner: str) -> np.ndarray:
     return np.ascontiguousarray(block_ids)
 
 
+def check_known(known: int, n: int) -> int:
+    """A bulk load's known-prefix hint, checked against the sequence's ``n`` blocks."""
+    if not 0 <= known <= n:
+        raise ValueError(f"known={known} outside 0..{n}")
+    return int(known)
+
+
 def check_worker(owner: str, worker, max_workers: int, allow_all: bool) -> int:
     """``worker`` as an int in ``[0, max_workers)`` (-1 for None when ``allow_all``)."""
     if worker is None and allow_all:
