@@ -19,11 +19,17 @@ blocks), times margins:
   times the engine's amplification (disk / logical: lmdb's half-full B-tree
   pages about 2.2x, RocksDB's SST plus WAL and compaction headroom 2x);
   the ``memory`` engine keeps that store in RAM instead;
-* in memory, each strategy's own state per block (the ``radix`` oracle's node
-  table ~36 B, ``dram-blockhash`` 24 B / table load 0.7, sarp's routing
-  directory ~2 B), the counting pass's sorted arrays of seen blocks, the workload
-  stream's live contexts (8 B per block at worst), the replay's per-request
-  arrays, the engine cache, and the interpreter's baseline.
+* in memory, each strategy's own state per block (``dram-blockhash`` 24 B /
+  table load 0.7, sarp's routing directory ~2 B), the counting pass's sorted
+  arrays of seen blocks, the workload stream's live contexts (8 B per block at
+  worst), the replay's per-request arrays, the engine cache, and the
+  interpreter's baseline.  The ``radix`` tree (the oracle of every sweep) is
+  counted as it allocates (:func:`radix_memory_bytes`): its pools and its id
+  index double, so it holds 120-150 B per block, not the 37 B its snapshot
+  writes;
+* a kept load (``--loads once``) snapshots the oracle and the strategy while
+  both are loaded, and a snapshot is a copy of the state's arrays: their
+  bytes come on top of the loaded state at that moment.
 
 A check passes when the need is at most :data:`HEADROOM` of what is free:
 the machine keeps a tenth for everything else.  Unknown strategies and
@@ -59,9 +65,10 @@ ENGINE_AMPLIFICATION = {"lmdb": 2.2, "rocksdb": 2.0, "wiredtiger": 2.0, "packfil
 DEFAULT_AMPLIFICATION = 2.5
 #: engines that keep the store in this process's memory (amplification applies there)
 IN_MEMORY_ENGINES = frozenset({"memory"})
-#: a strategy's own in-memory bytes per indexed block
+#: a strategy's own in-memory bytes per indexed block (for ``radix``: what its
+#: snapshot holds; its resident tree is :func:`radix_memory_bytes`)
 MEMORY_BYTES_PER_BLOCK = {
-    "radix": 40.0,
+    "radix": 42.0,
     "dram-blockhash": 24.0 / 0.7,
     "sarp": 2.0,
     "segment-radix": 2.0,
@@ -70,6 +77,37 @@ MEMORY_BYTES_PER_BLOCK = {
     "segment-hash": 0.0,
 }
 DEFAULT_MEMORY_BYTES_PER_BLOCK = 64.0
+#: the radix tree's allocation (plugins/_radix.pyx): per pool slot a block id, an
+#: availability word and an id-chain link (8 B each) plus the metadata; per slot of
+#: its id index 16 B
+RADIX_POOL_SLOT_BYTES = 24
+RADIX_ID_SLOT_BYTES = 16
+#: the pool's first allocation (the strategy's ``initial_blocks`` default)
+RADIX_INITIAL_POOL = 1024
+#: its node table and child table (16 B entries each, with their power-of-two
+#: slack) per block: the profiles hold 0.05-0.07 nodes per block
+RADIX_NODE_BYTES_PER_BLOCK = 10.0
+
+
+def _doubled(start: int, at_least: float) -> int:
+    """``start`` doubled until it reaches ``at_least``: a table that grows by doubling."""
+    n = start
+    while n < at_least:
+        n *= 2
+    return n
+
+
+def radix_memory_bytes(entries: int, meta_size: int = 16) -> float:
+    """Resident bytes of a radix tree holding ``entries`` blocks, as it allocates:
+    its pools double from :data:`RADIX_INITIAL_POOL` slots, and its id index doubles
+    to keep at least two slots per block (measured: 124.5 B per block on ultrachat
+    at 4.95M blocks, 142.7 on codeact at 0.55M; this gives 132 and 147)."""
+    pool = _doubled(RADIX_INITIAL_POOL, entries)
+    index = _doubled(64, 2 * entries)
+    return (pool * (RADIX_POOL_SLOT_BYTES + meta_size) + index * RADIX_ID_SLOT_BYTES
+            + entries * RADIX_NODE_BYTES_PER_BLOCK)
+
+
 #: the counting pass: sorted uint64 arrays of the blocks seen, 8 B per block and about 17 while the two largest merge
 COUNTING_BYTES_PER_BLOCK = 24.0
 #: the synthetic stream's live per-session contexts, at worst every block once
@@ -143,7 +181,10 @@ def strategy_memory_bytes(strategy: str, engine: str | None, entries: int, *,
                           needs_store: bool = True, cache_bytes: int = 0,
                           engine_options: dict | None = None) -> float:
     """Resident bytes of ``strategy`` (and an in-memory engine's store) at ``entries``."""
-    mem = entries * MEMORY_BYTES_PER_BLOCK.get(strategy, DEFAULT_MEMORY_BYTES_PER_BLOCK)
+    if strategy == "radix":
+        mem = radix_memory_bytes(entries)
+    else:
+        mem = entries * MEMORY_BYTES_PER_BLOCK.get(strategy, DEFAULT_MEMORY_BYTES_PER_BLOCK)
     if needs_store and engine is not None:
         server = server_memory_bytes_per_block(engine, entries, engine_options)
         if engine in IN_MEMORY_ENGINES:
@@ -191,7 +232,8 @@ def sweep_need(entries: int, strategies, engine: str | None, *, cache_bytes: int
     beside the radix oracle (stores are removed between settings: the largest counts).
     ``together``: every strategy's store and oracle are held at once (interleaved runs),
     so they add up.  ``kept``: each strategy's loaded store and index snapshot, and one
-    oracle snapshot, stay on disk for the whole sweep (``--loads once``)."""
+    oracle snapshot, stay on disk for the whole sweep (``--loads once``), and taking
+    those snapshots copies the loaded oracle's and strategy's arrays in memory."""
     pick = sum if together else (lambda xs: max(xs, default=0.0))
     store = {s: store_disk_bytes(s, engine, entries, needs_store=_needs_store(s))
              for s in dict.fromkeys(strategies)}
@@ -201,15 +243,22 @@ def sweep_need(entries: int, strategies, engine: str | None, *, cache_bytes: int
                     for s, b in store.items()) + entries * MEMORY_BYTES_PER_BLOCK["radix"]
     requests = entries / BLOCKS_PER_REQUEST_LOW
     counting = entries * (COUNTING_BYTES_PER_BLOCK + STREAM_BYTES_PER_BLOCK)
-    oracle = entries * MEMORY_BYTES_PER_BLOCK["radix"] * (len(strategies) if together else 1)
+    oracle = radix_memory_bytes(entries) * (len(strategies) if together else 1)
     biggest = pick([strategy_memory_bytes(s, engine, entries, needs_store=_needs_store(s),
                                           cache_bytes=cache_bytes,
                                           engine_options=engine_options) for s in strategies])
     loading = oracle + biggest + entries * STREAM_BYTES_PER_BLOCK
+    snapshots = 0.0
+    if kept:        # the oracle's and one strategy's snapshot copies, beside both
+        snapshots = entries * (MEMORY_BYTES_PER_BLOCK["radix"] + max(
+            (MEMORY_BYTES_PER_BLOCK.get(s, DEFAULT_MEMORY_BYTES_PER_BLOCK) for s in strategies),
+            default=0.0))
+        loading += snapshots
     memory = BASE_RSS + requests * REQUEST_BYTES + run_requests * REQUEST_BYTES \
         + max(counting, loading)
     return Need(disk, memory, existing_dir(work_dir),
-                {"store": disk, "oracle": oracle, "index": biggest, "counting": counting})
+                {"store": disk, "oracle": oracle, "index": biggest, "counting": counting,
+                 "snapshots": snapshots})
 
 
 def recover_need(entries: int, strategy: str, engine: str | None, *, cache_bytes: int,

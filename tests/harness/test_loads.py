@@ -135,7 +135,22 @@ def test_kept_loads_count_in_the_preflight():
     stores = sum(preflight.store_disk_bytes(s, "rocksdb", 10**6, needs_store=True)
                  for s in ("sarp", "ssd-blockhash"))
     assert kept.disk >= plain.disk + stores
-    assert kept.memory == plain.memory
+    # the snapshots copy the loaded oracle's and strategy's arrays while both are held
+    assert kept.memory >= plain.memory + 10**6 * preflight.MEMORY_BYTES_PER_BLOCK["radix"]
+    assert kept.parts["snapshots"] > 0 == plain.parts["snapshots"]
+
+
+def test_a_chosen_once_falls_back_to_each_where_the_snapshots_would_not_fit_memory(
+        small_paper, monkeypatch):
+    def need(loads):
+        return preflight.sweep_need(20_000, ["sarp", "ssd-blockhash"], "lmdb",
+                                    cache_bytes=round(0.1 * 20_000 * 24), run_requests=60,
+                                    kept=loads == "once").memory
+    # memory for a load per run at the full size, not for the copies a kept load makes
+    memory = (need("each") + need("once")) / 2 / preflight.HEADROOM
+    monkeypatch.setattr(preflight, "free_space", lambda d: preflight.Free(1e18, memory))
+    chosen = sweeps.run_sweep(_config(engine="lmdb", repeat="2", strategies="sarp,ssd-blockhash"))
+    assert chosen.config.loads == "each" and chosen.paper.fraction == 1.0
 
 
 def test_a_chosen_once_falls_back_to_each_where_keeping_loads_would_shrink_the_trace(

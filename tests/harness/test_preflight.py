@@ -102,6 +102,29 @@ def test_estimates_grow_with_entries_and_layout():
     assert dram.parts["store"] == 0 and dram.disk > 0
 
 
+@pytest.mark.parametrize("blocks", [1_500, 70_000, 300_000])
+def test_radix_estimate_bounds_what_the_tree_allocates(blocks):
+    """The oracle's tree is counted as it allocates (its pools and id index double):
+    never under what it holds, and not far over it."""
+    import numpy as np
+    from prefixbench.harness.replay import make_oracle
+    oracle = make_oracle(16)
+    rng = np.random.default_rng(blocks)
+    shared = rng.integers(1, 2**63, 40, dtype=np.uint64)
+    done = 0
+    while done < blocks:        # sessions sharing a head, then their own blocks
+        n = int(rng.integers(20, 200))
+        own = rng.integers(1, 2**63, n, dtype=np.uint64)
+        ids = np.concatenate([shared[:int(rng.integers(0, 40))], own])
+        oracle.insert(ids, np.zeros((len(ids), 16), dtype=np.uint8))
+        done += n
+    st = oracle.stats()
+    estimate = preflight.radix_memory_bytes(st["entries"])
+    assert st["memory_bytes"] <= estimate <= 1.3 * st["memory_bytes"]
+    assert preflight.strategy_memory_bytes("radix", None, st["entries"]) == estimate
+    oracle.close()
+
+
 def test_replay_estimates_take_the_engine_options():
     """A redis store packed into hashes needs less server memory than one key per
     entry, and the sweep, run and reproduce estimates all see the option."""
