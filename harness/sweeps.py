@@ -1123,6 +1123,9 @@ def _open_setting(cfg: SweepConfig, setting: Setting, workload, cache_bytes: int
                 loaded.keep_oracle(opened.oracle)
         finally:
             opened.close()
+        # the loaded oracle and index go before a clone recovers its own: holding both
+        # would count the oracle twice (closing a tree does not free it, dropping it does)
+        del opened
     built, oracle, settle = loaded.open(setting.label)
     run = loaded.run_requests
     return _Opened(setting, built, oracle, _Tail(workload, run, len(run)), settle,

@@ -128,6 +128,29 @@ def test_loads_on_the_command_line(capsys):
     assert code != 0 and "--loads" in err
 
 
+def test_a_kept_load_is_let_go_before_its_first_clone_opens(small_paper, monkeypatch):
+    """The loaded oracle is freed before a clone recovers its own from the snapshot:
+    holding both counts the oracle twice, which the pre-flight does not plan for."""
+    import weakref
+    from prefixbench.harness import checkpoints
+    made, alive = [], []
+    real_make, real_open = sweeps.make_oracle, checkpoints.LoadedStates.open
+
+    def make(meta_size):
+        oracle = real_make(meta_size)
+        made.append(weakref.ref(oracle))
+        return oracle
+
+    def open_(self, key):
+        alive.append(sum(r() is not None for r in made))
+        return real_open(self, key)
+
+    monkeypatch.setattr(sweeps, "make_oracle", make)
+    monkeypatch.setattr(checkpoints.LoadedStates, "open", open_)
+    sweeps.run_sweep(_config(engine="lmdb", repeat="2", strategies="sarp", loads="once"))
+    assert len(made) == 1 and alive == [0, 0]
+
+
 def test_kept_loads_count_in_the_preflight():
     args = dict(cache_bytes=1 << 20, run_requests=100)
     plain = preflight.sweep_need(10**6, ["sarp", "ssd-blockhash"], "rocksdb", **args)
