@@ -89,6 +89,12 @@ RADIX_INITIAL_POOL = 1024
 RADIX_NODE_BYTES_PER_BLOCK = 10.0
 
 
+def snapshot_bytes(strategy: str, entries: int) -> float:
+    """Bytes of ``strategy``'s snapshot at ``entries`` blocks: on disk once written, and
+    in memory while it is taken (a copy of the state's arrays)."""
+    return entries * MEMORY_BYTES_PER_BLOCK.get(strategy, DEFAULT_MEMORY_BYTES_PER_BLOCK)
+
+
 def _doubled(start: int, at_least: float) -> int:
     """``start`` doubled until it reaches ``at_least``: a table that grows by doubling."""
     n = start
@@ -239,8 +245,8 @@ def sweep_need(entries: int, strategies, engine: str | None, *, cache_bytes: int
              for s in dict.fromkeys(strategies)}
     disk = pick([store[s] for s in strategies])
     if kept:
-        disk += sum(b + entries * MEMORY_BYTES_PER_BLOCK.get(s, DEFAULT_MEMORY_BYTES_PER_BLOCK)
-                    for s, b in store.items()) + entries * MEMORY_BYTES_PER_BLOCK["radix"]
+        disk += sum(b + snapshot_bytes(s, entries)
+                    for s, b in store.items()) + snapshot_bytes("radix", entries)
     requests = entries / BLOCKS_PER_REQUEST_LOW
     counting = entries * (COUNTING_BYTES_PER_BLOCK + STREAM_BYTES_PER_BLOCK)
     oracle = radix_memory_bytes(entries) * (len(strategies) if together else 1)
@@ -250,9 +256,8 @@ def sweep_need(entries: int, strategies, engine: str | None, *, cache_bytes: int
     loading = oracle + biggest + entries * STREAM_BYTES_PER_BLOCK
     snapshots = 0.0
     if kept:        # the oracle's and one strategy's snapshot copies, beside both
-        snapshots = entries * (MEMORY_BYTES_PER_BLOCK["radix"] + max(
-            (MEMORY_BYTES_PER_BLOCK.get(s, DEFAULT_MEMORY_BYTES_PER_BLOCK) for s in strategies),
-            default=0.0))
+        snapshots = snapshot_bytes("radix", entries) + max(
+            (snapshot_bytes(s, entries) for s in strategies), default=0.0)
         loading += snapshots
     memory = BASE_RSS + requests * REQUEST_BYTES + run_requests * REQUEST_BYTES \
         + max(counting, loading)
@@ -268,7 +273,7 @@ def recover_need(entries: int, strategy: str, engine: str | None, *, cache_bytes
     disk = store_disk_bytes(strategy, engine, entries, needs_store=store)
     mem = strategy_memory_bytes(strategy, engine, entries, needs_store=store,
                                 cache_bytes=cache_bytes, engine_options=engine_options)
-    snapshot = entries * MEMORY_BYTES_PER_BLOCK.get(strategy, DEFAULT_MEMORY_BYTES_PER_BLOCK)
+    snapshot = snapshot_bytes(strategy, entries)
     # the recovery child holds a second copy of the in-memory state while the parent waits
     memory = BASE_RSS * 2 + mem + snapshot
     return Need(disk + snapshot, memory, existing_dir(work_dir),
@@ -319,7 +324,7 @@ def crashtest_need(spec, work_dir: str | None = None) -> Need:
     for engine in spec.engines:
         for s in spec.strategies:
             store = _needs_store(s)
-            snap = entries * MEMORY_BYTES_PER_BLOCK.get(s, DEFAULT_MEMORY_BYTES_PER_BLOCK)
+            snap = snapshot_bytes(s, entries)
             log = entries * (8 + 16) if s in ("radix", "dram-blockhash", "segment-radix") else 0
             disk = max(disk, store_disk_bytes(s, engine, entries, needs_store=store)
                        + 2 * snap + log)
