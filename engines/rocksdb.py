@@ -82,6 +82,8 @@ OPTIONS = {
                                    "(counted in the budget)"),
     "statistics": EngineOption(False, "RocksDB statistics, read by io_counters (where reads "
                                "were served)"),
+    "block_bytes": EngineOption(4096, "uncompressed data block size (RocksDB's block_size, "
+                                "default 4 KiB): what one file read fetches"),
     "l0_compaction_trigger": EngineOption(4, "L0 files that start a compaction into the next "
                                           "level (RocksDB's default 4); the slowdown and stop "
                                           "triggers keep their default distance above it"),
@@ -127,6 +129,8 @@ class RocksDBStore(SegmentStore):
         self.statistics = bool_option(opts, "statistics", OPTIONS["statistics"].default)
         self.l0_compaction_trigger = int_option(opts, "l0_compaction_trigger",
                                                 OPTIONS["l0_compaction_trigger"].default, 1)
+        self.block_bytes = int_option(opts, "block_bytes", OPTIONS["block_bytes"].default, 512,
+                                      size=True)
         self.block_cache_bytes = config.cache_bytes - memtable
         self.write_buffer_bytes = max(memtable // 2, _MIN_WRITE_BUFFER)
         self.path = prepare_store_dir(config.path, config.create, self.name, "CURRENT")
@@ -138,6 +142,7 @@ class RocksDBStore(SegmentStore):
             table.set_block_cache(rocksdict.Cache(self.block_cache_bytes))
         else:
             table.disable_cache()
+        table.set_block_size(self.block_bytes)
         table.set_bloom_filter(10, False)
         if self.index_in_cache:
             table.set_cache_index_and_filter_blocks(True)

@@ -36,7 +36,8 @@ def can_checkpoint(engine: str | None) -> bool:
 class LoadedStates:
     """Loaded settings kept on disk under one temporary directory, until :meth:`close`.
 
-    ``engine`` and the store settings are those every clone opens with."""
+    ``engine`` and the store settings are those every clone opens with; a kept
+    setting's own engine options (:meth:`keep`) go over them for its clones."""
 
     def __init__(self, engine: str | None, *, cache_bytes: int, direct_io: bool = False,
                  durability: str = "async", engine_options: dict | None = None,
@@ -45,7 +46,8 @@ class LoadedStates:
         self._store_kw = dict(cache_bytes=cache_bytes, direct_io=direct_io,
                               durability=durability, options=dict(engine_options or {}))
         self.root = tempfile.mkdtemp(prefix="prefixbench-loaded-", dir=work_dir)
-        #: key -> (strategy class, meta size, store checkpoint or None, snapshot dir, extra)
+        #: key -> (strategy class, meta size, store checkpoint or None, snapshot dir, extra,
+        #: the setting's own engine options)
         self._kept: dict = {}
         self._oracle = None             # (class, meta size, snapshot dir)
         #: the requests every run replays after the load (the caller keeps them here)
@@ -58,9 +60,10 @@ class LoadedStates:
     def has_oracle(self) -> bool:
         return self._oracle is not None
 
-    def keep(self, key, built: Built, extra=None) -> None:
+    def keep(self, key, built: Built, extra=None, engine_options: dict | None = None) -> None:
         """Checkpoint ``built``'s store and snapshot its strategy under ``key``;
-        ``extra`` comes back with every :meth:`open`.  ``built`` stays open."""
+        ``extra`` comes back with every :meth:`open`, whose clones open with
+        ``engine_options`` over the shared ones.  ``built`` stays open."""
         where = os.path.join(self.root, f"setting-{len(self._kept)}")
         os.makedirs(where)
         store_dir = None
@@ -71,7 +74,7 @@ class LoadedStates:
         os.makedirs(snap)
         built.strategy.snapshot(snap)
         self._kept[key] = (type(built.strategy), built.strategy.meta_size, store_dir, snap,
-                           extra)
+                           extra, dict(engine_options or {}))
 
     def keep_oracle(self, oracle) -> None:
         """Snapshot the oracle as the load left it (once: every setting's load is the same)."""
@@ -86,14 +89,16 @@ class LoadedStates:
         both (closing ``built`` removes the clone)."""
         if self._oracle is None:
             raise StoreError("loaded states: no oracle was kept (keep_oracle first)")
-        cls, meta_size, store_dir, snap, extra = self._kept[key]
+        cls, meta_size, store_dir, snap, extra, own = self._kept[key]
         store = path = None
         try:
             if store_dir is not None:
                 path, _owns = fresh_run_dir(None)
                 get_registry().get("engine", self.engine).factory.clone_checkpoint(store_dir,
                                                                                    path)
-                store = open_engine(self.engine, path, **self._store_kw)
+                kw = self._store_kw
+                store = open_engine(self.engine, path,
+                                    **{**kw, "options": {**kw["options"], **own}})
             strategy = cls.recover(store, snap, meta_size=meta_size, durable_log=False,
                                    quiet=True)
         except BaseException:

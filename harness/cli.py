@@ -230,7 +230,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--strategies", help="strategies: comma-separated strategy names, the first "
                    "is the one ratios are taken from (default: sarp,ssd-blockhash,"
                    "segment-radix-capped,segment-hash); NAME+KEY=VALUE[+KEY=VALUE] adds a "
-                   "variant of a strategy with those options (sarp+batch_windows=8); space: "
+                   "variant of a strategy with those options (sarp+batch_windows=8), "
+                   "an engine.KEY=VALUE option of that variant's store "
+                   "(sarp+engine.block_bytes=64KiB); space: "
                    "the layouts beside ssd-blockhash, which always comes first (default: sarp); capacity: the strategies at "
                    "every capacity (default: radix,dram-blockhash,sarp, those that can "
                    "remove)")

@@ -18,7 +18,9 @@ oracle *of that run*, as the paper's Fig. 9 does):
                          each, mean match/insert latency, loss, false hits,
                          store reads per match, in-memory bytes per block,
                          and match latency against the windows a query
-                         spans; ``name+key=value`` entries add variants.
+                         spans; ``name+key=value`` entries add variants
+                         (``name+engine.key=value``: an engine option of
+                         that variant's store).
 ``space``      (section 6.6, Table 5)  ``ssd-blockhash`` (the non-packing
                          layout, always first) beside segment layouts (default
                          ``sarp``) on the same on-disk engine and workload:
@@ -179,6 +181,7 @@ import numpy as np
 
 from prefixbench.harness import pyperf_io
 from prefixbench.harness.build import build
+from prefixbench.engines.base import check_options
 from prefixbench.errors import ConfigError
 from prefixbench.harness.bench import make_workload
 from prefixbench.harness.replay import ReplayResult, make_oracle, replay, replay_interleaved
@@ -344,6 +347,9 @@ def parse_budgets(text: str) -> tuple:
 
 #: separates a strategy from the options of one variant of it: ``sarp+batch_windows=8``
 VARIANT_SEP = "+"
+#: a variant's key with this prefix is an engine option of that setting's store
+#: (``sarp+engine.block_bytes=64KiB``), over the sweep's ``--engine-option``s
+ENGINE_KEY = "engine."
 
 
 def split_entry(entry: str) -> tuple[str, dict]:
@@ -528,7 +534,22 @@ def make_config(kind: str, *, workload: str, workload_options: dict | None = Non
     for s in plan(cfg, cap_fraction=0.5 if cfg.cap_rule == "paper" else None):
         cls = reg.get("strategy", s.strategy).factory      # option names and ranges fail
         parse_options(f"strategy {s.strategy}", cls.options, s.options)   # now, not mid-sweep
+        if s.engine_options:
+            _check_setting_engine_options(s, engine, engine_cls, cls)
     return cfg
+
+
+def _check_setting_engine_options(s: Setting, engine: str, engine_cls, strategy_cls) -> None:
+    """A variant's ``engine.`` keys name options of the sweep's engine, for a strategy
+    that keeps a store (values are checked when the store opens, as ``--engine-option``)."""
+    where = f"option --strategies: {s.label!r}"
+    if not getattr(strategy_cls, "needs_store", False):
+        raise ConfigError(f"{where}: {s.strategy} keeps nothing in an engine, so it takes no "
+                          f"{ENGINE_KEY}KEY=VALUE")
+    try:
+        check_options(engine, s.engine_options, getattr(engine_cls, "OPTIONS", {}) or {})
+    except ConfigError as e:
+        raise ConfigError(f"{where}: {e}") from None
 
 
 def _loads(cfg: SweepConfig, loads: str | None) -> str:
@@ -642,6 +663,8 @@ class Setting:
     label: str
     strategy: str
     options: dict
+    #: engine options of this setting's store over the sweep's (its ``engine.`` keys)
+    engine_options: dict = field(default_factory=dict)
 
 
 def budget_label(budget: int) -> str:
@@ -667,10 +690,12 @@ def plan(cfg: SweepConfig, *, cap_fraction: float | None = None) -> list[Setting
     for entry in cfg.strategies:
         name, own = split_entry(entry)
         opts = _sarp_base(cfg) if name == "sarp" else dict(cfg.strategy_options.get(name, {}))
+        engine = {k[len(ENGINE_KEY):]: v for k, v in own.items() if k.startswith(ENGINE_KEY)}
+        own = {k: v for k, v in own.items() if not k.startswith(ENGINE_KEY)}
         if name == CAPPED and cap_fraction is not None and not {"cap_nodes",
                                                                 "cap_fraction"} & set(own):
             opts["cap_fraction"] = cap_fraction
-        out.append(Setting(entry, name, {**opts, **own}))
+        out.append(Setting(entry, name, {**opts, **own}, engine))
     return out
 
 
@@ -1118,7 +1143,8 @@ def _open_setting(cfg: SweepConfig, setting: Setting, workload, cache_bytes: int
         try:
             if loaded.run_requests is None:
                 loaded.run_requests = list(opened.workload.requests())
-            loaded.keep(setting.label, opened.built, opened.settle)
+            loaded.keep(setting.label, opened.built, opened.settle,
+                        engine_options=setting.engine_options)
             if not loaded.has_oracle:
                 loaded.keep_oracle(opened.oracle)
         finally:
@@ -1139,7 +1165,8 @@ def _load_setting(cfg: SweepConfig, setting: Setting, workload, cache_bytes: int
     shadows the load, a fresh oracle by default)."""
     built = build(setting.strategy, cfg.engine, strategy_options=setting.options,
                   store_dir=None, cache_bytes=cache_bytes, direct_io=cfg.direct_io,
-                  durability=cfg.durability, engine_options=_run_engine_options(cfg),
+                  durability=cfg.durability,
+                  engine_options={**_run_engine_options(cfg), **setting.engine_options},
                   block_tokens=workload.block_size)
     if oracle is None:
         oracle = make_oracle(built.strategy.meta_size)
@@ -1507,6 +1534,9 @@ def _suites(res: SweepResult) -> tuple[list, list]:
         label = setting_name(r)
         config = {**cfg.describe(), "setting": s.label, "strategy_options": s.options,
                   "beyond_paper_options": r.beyond_paper, "cache_bytes": r.engine_cache_bytes}
+        if s.engine_options:
+            config["setting_engine_options"] = s.engine_options
+            config["engine_options"] = {**cfg.engine_options, **s.engine_options}
         md = pyperf_io.run_metadata(s.strategy, cfg.engine if r.engine_cache_bytes is not None
                                     else None, cfg.workload, config)
         md.update({"sweep": cfg.kind, "setting": s.label, **shared})

@@ -321,9 +321,12 @@ def _options_text(md: dict) -> str:
         config = json.loads(md.get("config", "{}"))
         opts = config.get("strategy_options") or {}
         beyond = config.get("beyond_paper_options") or {}
+        engine = config.get("setting_engine_options") or {}
     except (TypeError, ValueError, AttributeError):
-        opts, beyond = {}, {}
+        opts, beyond, engine = {}, {}, {}
     text = ", ".join(f"{k}={v}" for k, v in opts.items()) or "(defaults)"
+    if engine:
+        text += "; its engine: " + ", ".join(f"{k}={v}" for k, v in engine.items())
     rest = {k: v for k, v in beyond.items() if k not in opts}
     if rest:
         text += "; beyond the paper: " + ", ".join(f"{k}={_value(v)}" for k, v in rest.items())

@@ -236,6 +236,23 @@ def test_rocksdb_l0_compaction_trigger_reaches_rocksdb_with_its_stall_triggers(t
     assert got == want
 
 
+@pytest.mark.parametrize("given, want", [(None, 4096), ("64KiB", 65536)])
+def test_rocksdb_block_bytes_is_the_tables_block_size(tmp_path, given, want):
+    options = {} if given is None else {"block_bytes": given}
+    path = tmp_path / "s"
+    with RocksDBStore(StoreConfig(path=str(path), options=options)) as s:
+        s.put_many((i, bytes(100)) for i in range(1000))
+        assert s.block_bytes == want
+    text = max(path.glob("OPTIONS-*")).read_text()
+    assert f"\n  block_size={want}\n" in text
+
+
+def test_rocksdb_block_bytes_refuses_a_tiny_block(tmp_path):
+    with pytest.raises(ConfigError, match="option block_bytes: 100 must be"):
+        RocksDBStore(StoreConfig(path=str(tmp_path / "s"), options={"block_bytes": "100"}))
+    assert not (tmp_path / "s").exists()
+
+
 def test_rocksdb_l0_compaction_trigger_refuses_zero(tmp_path):
     with pytest.raises(ConfigError, match="option l0_compaction_trigger: 0 must be"):
         RocksDBStore(StoreConfig(path=str(tmp_path / "s"), options={"l0_compaction_trigger": "0"}))

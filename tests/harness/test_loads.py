@@ -79,6 +79,34 @@ def test_runs_from_kept_loads_find_what_runs_after_their_own_load_find(small_pap
     assert not glob.glob(os.path.join(small_paper, "prefixbench-*"))
 
 
+@pytest.mark.parametrize("loads", ["each", "once"])
+def test_a_variants_engine_options_open_its_every_store(small_paper, monkeypatch, loads):
+    """``sarp+engine.block_bytes=16KiB`` loads, and with loads kept clones, every store
+    of that row with 16 KiB data blocks and the plain row's with RocksDB's 4 KiB; the
+    block size changes no answer, and the options table names it."""
+    from prefixbench.engines.rocksdb import RocksDBStore
+    opened = []
+    real = RocksDBStore.__init__
+
+    def init(self, config=None):
+        real(self, config)
+        opened.append(self.block_bytes)
+
+    monkeypatch.setattr(RocksDBStore, "__init__", init)
+    res = sweeps.run_sweep(_config(engine="rocksdb", repeat="2", loads=loads,
+                                   strategies="sarp,sarp+engine.block_bytes=16KiB"))
+    # loads once: a row's first run loads it, then every run opens a clone of it
+    assert opened == ([4096, 4096, 16384, 16384, 4096, 16384] if loads == "once"
+                      else [4096, 16384] * 2)
+    plain, tuned = (r for r in res.all_rows if r.repeat == 0)
+    assert _outcome(plain.result) == _outcome(tuned.result)
+    options = res.table().split("options of each strategy")[1]
+    line = next(ln for ln in options.splitlines() if ln.startswith("sarp+engine"))
+    assert "its engine: block_bytes=16KiB" in line
+    assert "its engine" not in next(ln for ln in options.splitlines()
+                                    if ln.startswith("sarp "))
+
+
 def test_interleaved_thread_counts_run_from_one_load(small_paper, monkeypatch):
     loads = []
     real = sweeps.load_phase

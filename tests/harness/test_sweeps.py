@@ -197,6 +197,19 @@ def test_a_variant_runs_the_same_strategy_again_with_its_own_options():
     assert "sarp+batch_windows=3+max_retrieval=2" in res.table()
 
 
+def test_a_variants_engine_keys_go_to_its_store_only():
+    """``engine.KEY`` keys of a variant leave its strategy options and become engine
+    options of that setting alone."""
+    cfg = sweeps.make_config("strategies", workload="codeact", workload_options=TINY,
+                             engine="rocksdb", engine_options={"statistics": "true"},
+                             strategies="sarp,sarp+engine.block_bytes=16KiB+tau=8")
+    plain, variant = sweeps.plan(cfg)
+    assert plain.engine_options == {} and "block_bytes" not in plain.options
+    assert variant.engine_options == {"block_bytes": "16KiB"}
+    assert variant.options == {"backfill": "sync", "tau": "8"}
+    assert cfg.engine_options == {"statistics": "true"}
+
+
 def test_match_latency_against_windows_per_query(strategies):
     """Every timed match lands in one bin of windows (sarp's segment size), for every
     setting alike; the table shows each bin with its matches."""
@@ -295,6 +308,14 @@ def test_space_sweep_table5_against_ssd_blockhash(tmp_path, run_cli):
     (["sweep", "retrieval", "-w", "codeact", "-e", "nodb"], "nodb"),
     (["sweep", "space", "-w", "codeact", "-e", "memory"], "on-disk engine"),
     (["sweep", "space", "-w", "codeact", "--strategies", "sarp,radix"], "radix"),
+    # a variant's engine options: the engine's own names, for a strategy with a store
+    (["sweep", "strategies", "-w", "codeact", "-e", "rocksdb", "--strategies",
+      "sarp,sarp+engine.block_size=8KiB"], "'sarp+engine.block_size=8KiB': option 'block_size' "
+     "is not known to engine rocksdb"),
+    (["sweep", "strategies", "-w", "codeact", "--strategies", "sarp+engine.block_bytes=8KiB"],
+     "not known to engine memory"),
+    (["sweep", "strategies", "-w", "codeact", "-e", "rocksdb", "--strategies",
+      "sarp,dram-blockhash+engine.block_bytes=8KiB"], "dram-blockhash keeps nothing in an engine"),
 ])
 def test_bad_input_is_one_line(run_cli, args, needle):
     code, stdout, err = run_cli(*args)
