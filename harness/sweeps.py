@@ -547,7 +547,7 @@ def _check_setting_engine_options(s: Setting, engine: str, engine_cls, strategy_
         raise ConfigError(f"{where}: {s.strategy} keeps nothing in an engine, so it takes no "
                           f"{ENGINE_KEY}KEY=VALUE")
     try:
-        check_options(engine, s.engine_options, getattr(engine_cls, "OPTIONS", {}) or {})
+        check_options(engine, s.engine_options, getattr(engine_cls, "OPTIONS", {}))
     except ConfigError as e:
         raise ConfigError(f"{where}: {e}") from None
 
@@ -932,6 +932,11 @@ def _run_engine_options(cfg: SweepConfig) -> dict:
     return opts
 
 
+def _store_options(cfg: SweepConfig, setting: Setting) -> dict:
+    """The engine options ``setting``'s stores open with: its own over the run's."""
+    return {**_run_engine_options(cfg), **setting.engine_options}
+
+
 class _Tail:
     """A workload of the next ``n`` requests of a shared request iterator: the run
     phase after the load phase consumed the first part (the trace is made once)."""
@@ -1144,7 +1149,7 @@ def _open_setting(cfg: SweepConfig, setting: Setting, workload, cache_bytes: int
             if loaded.run_requests is None:
                 loaded.run_requests = list(opened.workload.requests())
             loaded.keep(setting.label, opened.built, opened.settle,
-                        engine_options=setting.engine_options)
+                        engine_options=_store_options(cfg, setting))
             if not loaded.has_oracle:
                 loaded.keep_oracle(opened.oracle)
         finally:
@@ -1165,8 +1170,7 @@ def _load_setting(cfg: SweepConfig, setting: Setting, workload, cache_bytes: int
     shadows the load, a fresh oracle by default)."""
     built = build(setting.strategy, cfg.engine, strategy_options=setting.options,
                   store_dir=None, cache_bytes=cache_bytes, direct_io=cfg.direct_io,
-                  durability=cfg.durability,
-                  engine_options={**_run_engine_options(cfg), **setting.engine_options},
+                  durability=cfg.durability, engine_options=_store_options(cfg, setting),
                   block_tokens=workload.block_size)
     if oracle is None:
         oracle = make_oracle(built.strategy.meta_size)
