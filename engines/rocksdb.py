@@ -42,23 +42,12 @@ block-cache data hits, the memtable hits and the bytes compactions and flushes
 moved, so a run can say how many of its reads went to the device.  It is off by
 default because the counters cost a little on every call.
 
-Parallel reads: this binding's wheel is built without io_uring, so one
-multi-get reads the blocks it misses one after another (a multi-get of k cold
-keys costs about k single gets here).  RocksDB built with io_uring overlaps
-the block reads of one MultiGet (``MultiRead``).  Option ``read_threads=N``
-stands in for that: a multi-get of at least 4 keys is split, in key order,
-into at most N+1 parts of 2 or more keys; N worker threads each read one part
-with their own multi-get while the caller reads the first.  Key order keeps
-neighbouring keys, which usually share a data block, in one part, so no block
-is read twice.  Default 0 (off): one multi-get, as the binding does.
-
 Options: :data:`OPTIONS` (``prefixbench plugins --options`` lists them with their
 defaults).
 """
 from __future__ import annotations
 
 import os
-import queue
 import re
 import shutil
 import threading
@@ -95,8 +84,6 @@ OPTIONS = {
                                "were served)"),
     "block_bytes": EngineOption(4096, "uncompressed data block size (RocksDB's block_size, "
                                 "default 4 KiB): what one file read fetches"),
-    "read_threads": EngineOption(0, "threads that read parts of one multi-get at once, as "
-                                 "RocksDB's io_uring MultiRead would (0: one multi-get)"),
     "l0_compaction_trigger": EngineOption(4, "L0 files that start a compaction into the next "
                                           "level (RocksDB's default 4); the slowdown and stop "
                                           "triggers keep their default distance above it"),
@@ -114,69 +101,6 @@ _TICKERS = {
 }
 _TICKER_LINE = re.compile(r"^(rocksdb\.[a-z0-9.]+) COUNT : (\d+)$", re.M)
 _MIN_WRITE_BUFFER = 64 << 10
-#: a multi-get is split only into parts of at least this many keys
-_MIN_PART_KEYS = 2
-_MAX_READ_THREADS = 64
-
-
-class _ReadPool:
-    """Worker threads that read key-ordered parts of one multi-get at once.
-
-    ``read(keys)`` is the binding's multi-get (it releases the GIL, so the
-    parts' device reads overlap).  Each worker has its own queue; callers on
-    several request threads may share a worker, whose parts then queue."""
-
-    def __init__(self, read, threads: int, name: str):
-        self._read = read
-        self._queues = []
-        for i in range(threads):
-            q = queue.SimpleQueue()
-            threading.Thread(target=self._work, args=(q,), daemon=True,
-                             name=f"{name}-read-{i}").start()
-            self._queues.append(q)
-
-    def _work(self, q) -> None:
-        while True:
-            job = q.get()
-            if job is None:
-                return
-            keys, out, slot, done = job
-            try:
-                out[slot] = self._read(keys)
-            except BaseException as e:          # handed to the caller, raised there
-                out[slot] = e
-            done.put(slot)
-
-    def get_many(self, keys: list) -> list:
-        """Values for ``keys`` (encoded), in order, as one multi-get returns them."""
-        n = len(keys)
-        parts = min(len(self._queues) + 1, n // _MIN_PART_KEYS)
-        if parts < 2:
-            return self._read(keys)
-        order = sorted(range(n), key=keys.__getitem__)
-        size = -(-n // parts)
-        chunks = [order[i:i + size] for i in range(0, n, size)]
-        out: list = [None] * len(chunks)
-        done = queue.SimpleQueue()
-        for j in range(1, len(chunks)):
-            self._queues[j - 1].put(([keys[i] for i in chunks[j]], out, j, done))
-        try:
-            out[0] = self._read([keys[i] for i in chunks[0]])
-        except BaseException as e:
-            out[0] = e
-        for _ in range(1, len(chunks)):
-            done.get()                          # every part back before the store may close
-        vals: list = [None] * n
-        for chunk, got in zip(chunks, out):
-            if isinstance(got, BaseException):
-                raise got
-            for i, v in zip(chunk, got):
-                vals[i] = v
-        return vals
-
-    def close(self) -> None:
-        for q in self._queues:
-            q.put(None)
 
 
 class RocksDBStore(SegmentStore):
@@ -207,10 +131,6 @@ class RocksDBStore(SegmentStore):
                                                 OPTIONS["l0_compaction_trigger"].default, 1)
         self.block_bytes = int_option(opts, "block_bytes", OPTIONS["block_bytes"].default, 512,
                                       size=True)
-        self.read_threads = int_option(opts, "read_threads", OPTIONS["read_threads"].default, 0)
-        if self.read_threads > _MAX_READ_THREADS:
-            raise ConfigError(f"option read_threads: {self.read_threads} must be at most "
-                              f"{_MAX_READ_THREADS}")
         self.block_cache_bytes = config.cache_bytes - memtable
         self.write_buffer_bytes = max(memtable // 2, _MIN_WRITE_BUFFER)
         self.path = prepare_store_dir(config.path, config.create, self.name, "CURRENT")
@@ -262,8 +182,6 @@ class RocksDBStore(SegmentStore):
         self._rocksdict = rocksdict
         self.write_errors = (Exception,)     # rocksdict raises a bare Exception
         self._close_lock = threading.Lock()
-        self._pool = (_ReadPool(self._db.__getitem__, self.read_threads, f"rocksdb-{id(self):x}")
-                      if self.read_threads else None)
 
     checkpoints = True
 
@@ -298,10 +216,7 @@ class RocksDBStore(SegmentStore):
         return self._db.get(_PACK(key))
 
     def _get_many(self, keys):
-        packed = [_PACK(k) for k in keys]
-        if self._pool is not None:
-            return self._pool.get_many(packed)
-        return self._db[packed]                     # multi-get, releases the GIL
+        return self._db[[_PACK(k) for k in keys]]   # multi-get, releases the GIL
 
     def _batch(self, puts, deletes):
         wb = self._rocksdict.WriteBatch(raw_mode=True)
@@ -393,8 +308,6 @@ class RocksDBStore(SegmentStore):
 
     def _close(self):
         with self._close_lock:
-            if self._pool is not None:
-                self._pool.close()
             self._db.close()
 
 

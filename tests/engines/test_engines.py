@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from prefixbench.engines.base import StoreConfig, allocated_bytes, encode_key
+from prefixbench.engines.base import StoreConfig, allocated_bytes
 from prefixbench.engines.conformance import EngineConformance, EngineFixtures, RoundTripTests
 from prefixbench.engines.lmdb import LmdbStore
 from prefixbench.engines.memory import MemoryStore
@@ -60,20 +60,6 @@ class TestRocksDB(EngineConformance):
     @pytest.fixture
     def engine_factory(self):
         return RocksDBStore
-
-
-class TestRocksDBReadThreads(EngineConformance):
-    """The whole kit again with multi-gets split over two read threads."""
-
-    kill_rounds = 1
-
-    @pytest.fixture
-    def engine_factory(self):
-        return RocksDBStore
-
-    @pytest.fixture
-    def engine_config(self):
-        return {"options": {"read_threads": 2}}
 
 
 class TestWiredTiger(EngineConformance):
@@ -264,72 +250,6 @@ def test_rocksdb_block_bytes_is_the_tables_block_size(tmp_path, given, want):
 def test_rocksdb_block_bytes_refuses_a_tiny_block(tmp_path):
     with pytest.raises(ConfigError, match="option block_bytes: 100 must be"):
         RocksDBStore(StoreConfig(path=str(tmp_path / "s"), options={"block_bytes": "100"}))
-    assert not (tmp_path / "s").exists()
-
-
-def test_rocksdb_read_threads_split_a_multi_get_in_key_order(tmp_path):
-    """With ``read_threads=2`` a multi-get of 8 keys is read as 3 key-ordered parts,
-    two of them by the worker threads, and answers exactly as one multi-get."""
-    rng = random.Random(5)
-    path = str(tmp_path / "s")
-    with RocksDBStore(StoreConfig(path=path, options={"read_threads": "2"})) as s:
-        items = {k: rng.randbytes(rng.randrange(1, 300)) for k in range(0, 4000, 3)}
-        s.put_many(items.items())
-        s.flush()
-        calls = []
-        read = s._pool._read
-
-        def recorded(keys):
-            calls.append((threading.current_thread().name, list(keys)))
-            return read(keys)
-
-        s._pool._read = recorded
-        keys = [2998, 7, 5000, 9, 33, 1200, 3, 7]       # unsorted, missing, repeated
-        want = [items.get(k) for k in keys]
-        assert s.get_many(keys) == want
-        assert len(calls) == 3
-        names = [name for name, _ in calls]
-        assert names.count(threading.current_thread().name) == 1
-        assert sum("-read-" in name for name in names) == 2
-        parts = sorted((ks for _, ks in calls), key=min)
-        flat = [k for ks in parts for k in ks]
-        assert flat == sorted(encode_key(k) for k in keys)  # each part a run of the key order
-        calls.clear()
-        assert s.get_many([9, 33, 3]) == [items.get(9), items.get(33), items[3]]
-        assert len(calls) == 1                          # too few keys to split
-        assert [s.get_many(random.Random(i).sample(range(4100), 40)) for i in range(20)] == \
-            [[items.get(k) for k in random.Random(i).sample(range(4100), 40)] for i in range(20)]
-    workers = [t for t in threading.enumerate() if "-read-" in t.name]
-    for t in workers:
-        t.join(timeout=5)
-    assert not any(t.is_alive() for t in workers)       # closing the store ends its workers
-
-
-def test_rocksdb_read_threads_raise_a_part_s_error_after_every_part_is_back(tmp_path):
-    with RocksDBStore(StoreConfig(path=str(tmp_path / "s"), options={"read_threads": 2})) as s:
-        s.put_many((k, b"v%d" % k) for k in range(100))
-        read, finished = s._pool._read, []
-
-        def failing(keys):
-            if len(finished) == 0 and threading.current_thread().name.endswith("-read-0"):
-                finished.append("failed")
-                raise RuntimeError("device went away")
-            got = read(keys)
-            finished.append(len(keys))
-            return got
-
-        s._pool._read = failing
-        with pytest.raises(RuntimeError, match="device went away"):
-            s.get_many(list(range(12)))
-        assert sorted(map(str, finished)) == ["4", "4", "failed"]
-        s._pool._read = read
-        assert s.get_many(list(range(12))) == [b"v%d" % k for k in range(12)]
-
-
-@pytest.mark.parametrize("given", ["-1", "65", "two"])
-def test_rocksdb_read_threads_refuses_bad_counts(tmp_path, given):
-    with pytest.raises(ConfigError, match="option read_threads: "):
-        RocksDBStore(StoreConfig(path=str(tmp_path / "s"), options={"read_threads": given}))
     assert not (tmp_path / "s").exists()
 
 
