@@ -36,18 +36,17 @@ def can_checkpoint(engine: str | None) -> bool:
 class LoadedStates:
     """Loaded settings kept on disk under one temporary directory, until :meth:`close`.
 
-    ``engine`` and the store settings are those every clone opens with, unless
-    :meth:`keep` gives a setting engine options of its own."""
+    ``engine`` and the store settings are those every clone opens with; the engine
+    options are each kept setting's own (:meth:`keep`)."""
 
     def __init__(self, engine: str | None, *, cache_bytes: int, direct_io: bool = False,
-                 durability: str = "async", engine_options: dict | None = None,
-                 work_dir: str | None = None):
+                 durability: str = "async", work_dir: str | None = None):
         self.engine = engine
         self._store_kw = dict(cache_bytes=cache_bytes, direct_io=direct_io,
-                              durability=durability, options=dict(engine_options or {}))
+                              durability=durability)
         self.root = tempfile.mkdtemp(prefix="prefixbench-loaded-", dir=work_dir)
         #: key -> (strategy class, meta size, store checkpoint or None, snapshot dir, extra,
-        #: the engine options its clones open with, or None for the shared ones)
+        #: the engine options its clones open with)
         self._kept: dict = {}
         self._oracle = None             # (class, meta size, snapshot dir)
         #: the requests every run replays after the load (the caller keeps them here)
@@ -63,7 +62,7 @@ class LoadedStates:
     def keep(self, key, built: Built, extra=None, engine_options: dict | None = None) -> None:
         """Checkpoint ``built``'s store and snapshot its strategy under ``key``;
         ``extra`` comes back with every :meth:`open`, whose clones open with
-        ``engine_options`` (None: the shared ones).  ``built`` stays open."""
+        ``engine_options``.  ``built`` stays open."""
         where = os.path.join(self.root, f"setting-{len(self._kept)}")
         os.makedirs(where)
         store_dir = None
@@ -74,7 +73,7 @@ class LoadedStates:
         os.makedirs(snap)
         built.strategy.snapshot(snap)
         self._kept[key] = (type(built.strategy), built.strategy.meta_size, store_dir, snap,
-                           extra, engine_options)
+                           extra, dict(engine_options or {}))
 
     def keep_oracle(self, oracle) -> None:
         """Snapshot the oracle as the load left it (once: every setting's load is the same)."""
@@ -96,9 +95,7 @@ class LoadedStates:
                 path, _owns = fresh_run_dir(None)
                 get_registry().get("engine", self.engine).factory.clone_checkpoint(store_dir,
                                                                                    path)
-                kw = self._store_kw if options is None else {**self._store_kw,
-                                                             "options": dict(options)}
-                store = open_engine(self.engine, path, **kw)
+                store = open_engine(self.engine, path, **self._store_kw, options=dict(options))
             strategy = cls.recover(store, snap, meta_size=meta_size, durable_log=False,
                                    quiet=True)
         except BaseException:

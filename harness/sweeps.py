@@ -1398,7 +1398,7 @@ def run_sweep(cfg: SweepConfig, *, quiet: bool = True) -> SweepResult:
     if cfg.loads == "once":
         from prefixbench.harness.checkpoints import LoadedStates
         loaded = LoadedStates(cfg.engine, cache_bytes=cache, direct_io=cfg.direct_io,
-                              durability=cfg.durability, engine_options=_run_engine_options(cfg))
+                              durability=cfg.durability)
     try:
         for rep in range(cfg.repeat):
             if cfg.interleave:
