@@ -232,10 +232,10 @@ class SegmentStore(abc.ABC):
             tl.n += len(keys)
         s.read_calls += 1
         s.batch_read_calls += 1
-        for v in vals:
-            if v is not None:
-                s.hits += 1
-                s.bytes_read += len(v)
+        if type(vals) is not list:
+            vals = list(vals)
+        s.hits += len(vals) - vals.count(None)
+        s.bytes_read += sum(map(len, filter(None, vals)))    # (b"" adds 0 either way)
         return vals
 
     def put(self, key: int, value: bytes) -> None:

@@ -226,17 +226,27 @@ class RocksDBStore(SegmentStore):
             wb.delete(_PACK(k))
         return wb
 
+    def _send(self, puts, deletes, opts):
+        """One atomic write: a lone record as a put (RocksDB batches it itself; a
+        binding batch object costs a few microseconds to build), else a batch, which
+        write() consumes."""
+        if len(puts) == 1 and not deletes:
+            k, v = puts[0]
+            self._db.put(_PACK(k), v, opts)
+        else:
+            self._db.write(self._batch(puts, deletes), opts)
+
     def _write(self, puts, deletes):
         deadline, pause = None, 1e-4
         while True:
-            try:                                     # write() consumes the batch
-                self._db.write(self._batch(puts, deletes), self._write_now)
+            try:
+                self._send(puts, deletes, self._write_now)
                 return
             except Exception as e:       # rocksdict raises a bare Exception
                 if "incomplete" not in str(e).lower():
                     raise
             if self._db.property_int_value("rocksdb.is-write-stopped") == 0:
-                self._db.write(self._batch(puts, deletes), self._delayed_write)
+                self._send(puts, deletes, self._delayed_write)
                 return                               # slowed, not stopped: RocksDB's delay
             now = time.monotonic()
             if deadline is None:

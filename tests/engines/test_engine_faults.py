@@ -260,12 +260,19 @@ class _StallingDB:
     def __init__(self, db, n, stopped=1):
         self._db, self.n, self.stopped, self.calls = db, n, stopped, 0
 
-    def write(self, batch, opts=None):
+    def _stall(self, opts):
         self.calls += 1
         if self.calls <= self.n:
             assert opts is not None and opts.no_slowdown, "a write sent that could hang"
             raise Exception("Result incomplete: Write stall")
+
+    def write(self, batch, opts=None):
+        self._stall(opts)
         return self._db.write(batch, opts)
+
+    def put(self, key, value, opts=None):
+        self._stall(opts)
+        return self._db.put(key, value, opts)
 
     def property_int_value(self, name):
         assert name == "rocksdb.is-write-stopped"
@@ -281,19 +288,23 @@ def _rocksdb(path, **options):
                            options={k: str(v) for k, v in options.items()}))
 
 
+@pytest.mark.parametrize("items", [
+    [(7, b"after the stall")],                      # a lone record goes as a put
+    [(7, b"after the stall"), (8, b"and its pair")],        # more as one batch
+])
 @pytest.mark.parametrize("stalls,stopped,calls", [
     (5, 1, 6),      # stopped: retried until it goes
     (1, 0, 2),      # only slowed: sent again the ordinary way, taking RocksDB's delay
 ])
-def test_a_stalled_rocksdb_write_goes_through(tmp_path, stalls, stopped, calls):
+def test_a_stalled_rocksdb_write_goes_through(tmp_path, stalls, stopped, calls, items):
     s = _rocksdb(tmp_path / "r")
     try:
         real = s._db
         s._db = _StallingDB(real, stalls, stopped)
-        s.put(7, b"after the stall")
+        s.put_many(items)
         assert s._db.calls == calls
         s._db = real
-        assert s.get(7) == b"after the stall"
+        assert s.get_many([k for k, _ in items]) == [v for _, v in items]
     finally:
         s.close()
 
