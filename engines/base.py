@@ -218,7 +218,7 @@ class SegmentStore(abc.ABC):
 
     def get_many(self, keys: Sequence[int]) -> list[bytes | None]:
         """Batch read; engines whose binding releases the GIL do it here."""
-        keys = [int(k) for k in keys]
+        keys = list(map(int, keys))
         if not keys:
             vals = []
         elif _phases._ON:

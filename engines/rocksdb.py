@@ -216,7 +216,7 @@ class RocksDBStore(SegmentStore):
         return self._db.get(_PACK(key))
 
     def _get_many(self, keys):
-        return self._db[[_PACK(k) for k in keys]]   # multi-get, releases the GIL
+        return self._db[list(map(_PACK, keys))]    # multi-get, releases the GIL
 
     def _batch(self, puts, deletes):
         wb = self._rocksdict.WriteBatch(raw_mode=True)
