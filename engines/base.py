@@ -232,8 +232,6 @@ class SegmentStore(abc.ABC):
             tl.n += len(keys)
         s.read_calls += 1
         s.batch_read_calls += 1
-        if type(vals) is not list:
-            vals = list(vals)
         s.hits += len(vals) - vals.count(None)
         s.bytes_read += sum(map(len, filter(None, vals)))    # (b"" adds 0 either way)
         return vals

@@ -644,12 +644,8 @@ class SarpStrategy(TombstoneOverlay):
         if not self.filtering:
             budget = 0          # no ranking to choose by: every candidate is verified
         if self._compiled:
-            if not phases._ON:          # (a clock's context costs a few calls per window)
-                return self.dir.route(qw, self.geo.probe_desc, self.N, self.stride,
-                                      self.bits, self.filtering, budget)
-            with phases.phase(phases.ROUTING):
-                return self.dir.route(qw, self.geo.probe_desc, self.N, self.stride,
-                                      self.bits, self.filtering, budget)
+            return phases.timed_call(phases.ROUTING, self.dir.route, qw, self.geo.probe_desc,
+                                     self.N, self.stride, self.bits, self.filtering, budget)
         qlen = len(qw)
         offs = self.geo.probes(qlen)
         with phases.phase(phases.HASHING):
@@ -869,13 +865,8 @@ class SarpStrategy(TombstoneOverlay):
                 prev = best[1]
                 continue
             if best is not None:
-                if phases._ON:
-                    with phases.phase(phases.VERIFY):
-                        res, is_new, n_old = layer.extend_or_copy_raw(best[0], xw, xm[ws:ws + S],
-                                                                      v, assign_id=False)
-                else:
-                    res, is_new, n_old = layer.extend_or_copy_raw(best[0], xw, xm[ws:ws + S], v,
-                                                                  assign_id=False)
+                res, is_new, n_old = phases.timed_call(phases.VERIFY, layer.extend_or_copy_raw,
+                                                       best[0], xw, xm[ws:ws + S], v, False)
                 if res is not None:
                     plan.writes.append(res)
                     if is_new:
@@ -939,18 +930,17 @@ class SarpStrategy(TombstoneOverlay):
         self.layer.write_many(plan.writes, journal)
         if self._extended_watch is not None and plan.extended:
             self._extended_watch.update(plan.extended)
-        if phases._ON:
-            with phases.phase(phases.ROUTING):
-                for s in plan.writes:
-                    self._register(s)
-        else:
-            for s in plan.writes:
-                self._register(s)
+        phases.timed_call(phases.ROUTING, self._register_all, plan.writes)
         self._version += 1
         # what a conflict check compares (the segments themselves may die with the insert)
         self._pub_log.append((self._version, [(w.start, int(w.ids[0])) for w in plan.writes]))
 
     # ------------------------------------------------------------------ registration
+    def _register_all(self, segs) -> None:
+        """:meth:`_register` each of ``segs`` in order (one routing phase for the lot)."""
+        for seg in segs:
+            self._register(seg)
+
     def _register(self, seg: Segment) -> None:
         """Register ``seg``'s routing points (caller holds the insert lock): the
         directory walks them (``RoutingDirectory.register``), marking entries that
@@ -1341,9 +1331,7 @@ class SarpStrategy(TombstoneOverlay):
                 self.layer.write_many(news, journal)
             else:
                 self.store.write_items(journal)
-            with phases.phase(phases.ROUTING):
-                for g in news:
-                    self._register(g)
+            phases.timed_call(phases.ROUTING, self._register_all, news)
             gone, dropped = self.dir.discard(pr[:, 1], pr[:, 0])
             ov.gen += 1
             self.store.write_items((), old)
