@@ -89,6 +89,19 @@ _ONE = np.uint64(1)
 #: per thread, the overlay methods being run (a subclass's ``super().match`` inside
 #: one, or the pre-match of an insert, goes to the strategy's own code)
 _INSIDE = threading.local()
+#: a read-only run of worker-0 bitmaps, sliced for idle matches (a view costs a fraction
+#: of a fresh array, and every match of a run pays it)
+_WORKER0 = np.ones(0, dtype=np.uint64)
+
+
+def _on_worker0(n: int) -> np.ndarray:
+    """A read-only uint64 array of ``n`` ones: every block on worker 0 only."""
+    global _WORKER0
+    if n > len(_WORKER0):
+        grown = np.ones(max(n, 2 * len(_WORKER0), 4096), dtype=np.uint64)
+        grown.flags.writeable = False
+        _WORKER0 = grown
+    return _WORKER0[:n]
 
 
 def _outermost(name: str, fn, make):
@@ -125,7 +138,7 @@ def _wrap_match(match):
             got = match(self, block_ids)
             if ov.idle():
                 if self.max_workers > 1 and got.locations is None:
-                    got.locations = np.ones(got.n_blocks, dtype=np.uint64)
+                    got.locations = _on_worker0(got.n_blocks)
                 return got
             out = ov.apply(as_block_ids(block_ids), got)
             if ov.gen == gen:

@@ -275,6 +275,27 @@ def test_overlay_clear_then_insert_and_stats(name):
     s.close()
 
 
+@pytest.mark.parametrize("name", ["sarp", "segment-radix"])
+def test_idle_match_locations_are_read_only_worker0_bitmaps(name):
+    """A match while nothing was removed reports every block on worker 0, as a view no
+    caller can write through (the views share one array), of the match's length -
+    longer matches than any before included."""
+    from prefixbench.engines.memory import MemoryStore
+    from prefixbench.plugins import removal
+    cls = get_registry().get("strategy", name).factory
+    s = cls(MemoryStore(), {"S": 8} if name != "sarp" else {"S": 8, "R": 2, "backfill": "sync"})
+    longest = len(removal._WORKER0) + 37
+    for n in (3, 20, longest):
+        a = _ids(range(10_000 * n, 10_000 * n + n))
+        s.insert(a, make_metas(a, 0, 16))
+        m = s.match(a)
+        assert m.n_blocks == n and m.locations.dtype == np.uint64
+        assert m.locations.tolist() == [1] * n
+        with pytest.raises(ValueError):
+            m.locations[0] = 2
+    s.close()
+
+
 # ----------------------------------------------------------------------------- crashtest
 def test_crashtest_removal_workload_serves_no_removed_block():
     from prefixbench.harness.crashtest import CrashSpec, run_crashtest
