@@ -28,7 +28,7 @@ from libc.stdlib cimport calloc, free, malloc, realloc, qsort
 from libc.string cimport memmove, memcpy
 
 __all__ = ["LIVE", "NONE", "PENDING", "RoutingDirectory", "child_postings", "filters",
-           "first_batch",
+           "first_batch", "insert_plan",
            "match_run", "max_potential", "overlay_cut", "overlay_revive", "record_ids",
            "settle"]
 
@@ -1561,3 +1561,133 @@ def match_run(d, qobj, Py_ssize_t S, Py_ssize_t budget, Py_ssize_t k,
                 break
     return (pos, out[:pos], last_id, full_id, raws_by_window,
             (windows, uses, before, after, retrieved, extra, spec, wasted, trips))
+
+
+cdef tuple _fresh_copy(const uint8_t* rec, Py_ssize_t v, cnp.ndarray xa, cnp.ndarray xma,
+                       Py_ssize_t ws, Py_ssize_t n, Py_ssize_t meta_size):
+    """``(ids, metas)`` new arrays of ``n`` blocks: the first ``v`` of the record at
+    ``rec`` (NULL: none), then ``x``'s from ``ws + v`` (``xa``/``xma``)."""
+    cdef cnp.npy_intp d1 = n
+    cdef cnp.npy_intp d2[2]
+    d2[0] = n
+    d2[1] = meta_size
+    cdef cnp.ndarray oi = cnp.PyArray_EMPTY(1, &d1, cnp.NPY_UINT64, 0)
+    cdef cnp.ndarray om = cnp.PyArray_EMPTY(2, d2, cnp.NPY_UINT8, 0)
+    cdef uint8_t* pi = <uint8_t*>cnp.PyArray_DATA(oi)
+    cdef uint8_t* pm = <uint8_t*>cnp.PyArray_DATA(om)
+    cdef uint32_t cnt
+    cdef const uint8_t* xp = <const uint8_t*>cnp.PyArray_DATA(xa)
+    cdef const uint8_t* mp = <const uint8_t*>cnp.PyArray_DATA(xma)
+    if v:
+        memcpy(&cnt, rec + 8, 4)
+        memcpy(pi, rec + HEADER, v * 8)
+        memcpy(pm, rec + HEADER + <Py_ssize_t>cnt * 8, v * meta_size)
+    memcpy(pi + v * 8, xp + (ws + v) * 8, (n - v) * 8)
+    memcpy(pm + v * meta_size, mp + (ws + v) * meta_size, (n - v) * meta_size)
+    return oi, om
+
+
+def insert_plan(d, x, xm, Py_ssize_t ws, prev, Py_ssize_t S, dict known_by_window,
+                best_hint, bint reclaimed, Py_ssize_t meta_size, probe_desc, int nfields,
+                int stride, int bits, bint filtering, bint sequential, read, count_corrupt,
+                routing_phase, verify_phase):
+    """What inserting ``x`` from window ``ws`` writes: as the reference's
+    ``insert_plan`` (its doc has the rules), with the routing, the settling and the
+    splicing of every window in C."""
+    cdef cnp.ndarray qa = as_ids(x)
+    cdef Py_ssize_t n = cnp.PyArray_DIM(qa, 0)
+    cdef cnp.ndarray ma = as_metas(xm, n, meta_size)
+    cdef cnp.ndarray pda = as_carray(probe_desc, cnp.NPY_INT64, 1, "probe offsets")
+    cdef const uint64_t* q = <const uint64_t*>cnp.PyArray_DATA(qa)
+    cdef const int64_t* pd = <const int64_t*>cnp.PyArray_DATA(pda)
+    cdef Py_ssize_t npd = cnp.PyArray_DIM(pda, 0)
+    cdef RoutingDirectory rd = d if type(d) is RoutingDirectory else None
+    cdef Py_ssize_t reads = 0, new_blocks = 0, copied = 0, ext = 0, cp = 0
+    cdef Py_ssize_t reused_seg = 0, reused_records = 0, fresh = 0, qlen, v, m
+    cdef uint32_t n_old
+    cdef uint64_t sid, start
+    cdef tuple route, res
+    cdef bytes raw
+    cdef const uint8_t* rp
+    cdef list writes = [], after = [], extended = [], log = []
+    while ws < n:
+        qlen = S if n - ws > S else n - ws
+        known = known_by_window.get(ws) if known_by_window else None
+        if routing_phase is not None:
+            routing_phase.__enter__()
+        try:
+            route = _route_at(rd, d, qa, ws, qlen, probe_desc, pd, npd, nfields, stride,
+                              bits, filtering, 0)
+        finally:
+            if routing_phase is not None:
+                routing_phase.__exit__(None, None, None)
+        res = _settle(route, q + ws, qlen, ws, 0, filtering, sequential, S, meta_size,
+                      known or None, None, read, count_corrupt, verify_phase)
+        v = res[0]
+        best = res[1]
+        if res[2] is not None:
+            reads += res[2][2]
+        if known:
+            reused_records += len(known)
+            if best_hint is not None and best_hint[0] == ws and best is not None \
+                    and best[1] == best_hint[1]:
+                reused_seg += 1
+        if best is not None and v == S:
+            ws += S                       # the whole window is stored already
+            prev = best[1]
+            continue
+        if best is not None:
+            if v == qlen:                 # (a last, partial window stored whole)
+                prev = best[1]
+            else:
+                raw = best[0] if type(best[0]) is bytes else bytes(best[0])
+                rp = <const uint8_t*>PyBytes_AS_STRING(raw)
+                if verify_phase is not None:
+                    verify_phase.__enter__()
+                try:
+                    _seg_metas_at(rp, len(raw), v, meta_size)   # (checks the length)
+                    memcpy(&n_old, rp + 8, 4)
+                    memcpy(&sid, rp + 16, 8)
+                    memcpy(&start, rp + 24, 8)
+                    ids, metas = _fresh_copy(rp, v, qa, ma, ws, qlen, meta_size)
+                finally:
+                    if verify_phase is not None:
+                        verify_phase.__exit__(None, None, None)
+                if v == n_old:            # it shared the whole segment: extend in place
+                    writes.append((sid, start, ids, metas))
+                    log.append((start, q[ws]))
+                    extended.append(sid)
+                    ext += 1
+                    new_blocks += qlen - n_old
+                    prev = sid
+                else:
+                    writes.append((0, start, ids, metas))
+                    after.append(prev)
+                    log.append((start, q[ws]))
+                    fresh += 1
+                    prev = -fresh
+                    cp += 1
+                    copied += v
+                    new_blocks += qlen
+            ws += S
+        elif reclaimed:
+            writes.append((0, ws, qa[ws:ws + qlen], ma[ws:ws + qlen]))
+            after.append(prev)
+            log.append((ws, q[ws]))
+            fresh += 1
+            prev = -fresh
+            new_blocks += qlen
+            ws += S
+        if reclaimed:
+            continue
+        while ws < n:                     # every later window is new: nobody shares it
+            qlen = S if n - ws > S else n - ws
+            writes.append((0, ws, qa[ws:ws + qlen], ma[ws:ws + qlen]))
+            after.append(prev)
+            log.append((ws, q[ws]))
+            fresh += 1
+            prev = -fresh
+            new_blocks += qlen
+            ws += S
+    return writes, after, extended, log, (reads, new_blocks, copied, ext, cp, reused_seg,
+                                          reused_records)

@@ -17,7 +17,7 @@ import numpy as np
 from prefixbench.plugins import _segments_ref
 
 __all__ = ["LIVE", "NONE", "PENDING", "RoutingDirectory", "child_postings", "filters",
-           "first_batch",
+           "first_batch", "insert_plan",
            "match_run", "max_potential", "overlay_cut", "overlay_revive", "record_ids",
            "settle"]
 
@@ -273,6 +273,100 @@ def match_run(d, q, S: int, budget: int, k: int, filtering: bool, sequential: bo
     metas = np.concatenate(parts) if parts else np.empty((0, meta_size), np.uint8)
     return (pos, metas.reshape(pos, meta_size), last_id, full_id, raws_by_window,
             (windows, uses, before, after, retrieved, extra, spec, wasted, trips))
+
+
+def insert_plan(d, x, xm, ws: int, prev: int, S: int, known_by_window, best_hint,
+                reclaimed: bool, meta_size: int, probe_desc, nfields: int, stride: int,
+                bits: int, filtering: bool, sequential: bool, read, count_corrupt,
+                routing_phase, verify_phase):
+    """What inserting ``x`` (metadata ``xm``) from window ``ws`` writes, from reads only.
+
+    Window by window with an unlimited budget (route, then :func:`settle`), so the
+    segment a window extends or copies from is the one sharing the longest prefix:
+    a window stored whole is skipped; one that shares ``v`` blocks with a stored
+    segment gets it extended in place (when it shared the whole segment) or a copy
+    of its first ``v`` blocks followed by ``x``'s (a fresh segment); one sharing
+    nothing gets a fresh segment.  Past the first window sharing nothing every later
+    window is fresh too, unless ``reclaimed`` (a reclamation may have cut an earlier
+    window of a prefix whose later ones it kept: every window is routed).
+
+    ``known_by_window``: ``{window start: {segment id: raw}}`` records the caller's
+    match read (verified from memory, never read again), or None; ``best_hint``:
+    ``(window start, segment id)`` that match verified, to count reuse; ``prev``: id
+    of the segment before window ``ws`` on ``x`` (0: unknown).  Returns ``(writes,
+    after, extended, log, counts)``: ``(segment id, start, ids, metas)`` per record
+    to write in order (id 0: fresh, numbered when published), the predecessor of
+    each fresh one (an id, 0 unknown, or ``-(j + 1)`` for this plan's j-th fresh
+    record), the ids extended in place, ``(start, first block id)`` per record, and
+    ``(reads, new blocks, copied blocks, extended, copied, segments reused, records
+    reused)``."""
+    timed = routing_phase if routing_phase is not None else contextlib.nullcontext()
+    vtimed = verify_phase if verify_phase is not None else contextlib.nullcontext()
+    x = np.ascontiguousarray(x, dtype=np.uint64)
+    n = len(x)
+    writes, after, extended, log = [], [], [], []
+    reads = new_blocks = copied = ext = cp = reused_seg = reused_records = 0
+    fresh = 0
+
+    def add_fresh(w, ids, metas):
+        nonlocal fresh
+        writes.append((0, w, ids, metas))
+        after.append(prev)
+        log.append((w, int(ids[0])))
+        fresh += 1
+        return -fresh
+
+    while ws < n:
+        xw = x[ws:ws + S]
+        known = known_by_window.get(ws) if known_by_window else None
+        with timed:
+            route = d.route(xw, probe_desc, nfields, stride, bits, filtering, 0)
+        v, best, info, _seen = settle(route, xw, ws, 0, filtering, sequential, S, meta_size,
+                                      known or None, None, read, count_corrupt, verify_phase)
+        if info is not None:
+            reads += info[2]
+        if known:
+            reused_records += len(known)
+            if best_hint is not None and best_hint[0] == ws and best is not None \
+                    and best[1] == best_hint[1]:
+                reused_seg += 1
+        if best is not None and v == S:
+            ws += S                       # the whole window is stored already
+            prev = best[1]
+            continue
+        if best is not None:
+            if v == len(xw):              # (a last, partial window stored whole)
+                prev = best[1]
+            else:
+                with vtimed:
+                    sid, start, n_old, ids, metas = _segments_ref.splice_record(
+                        bytes(best[0]), xw, xm[ws:ws + S], v, S, meta_size)
+                if v == n_old:            # it shared the whole segment: extend in place
+                    writes.append((sid, start, ids, metas))
+                    log.append((start, int(ids[0])))
+                    extended.append(sid)
+                    ext += 1
+                    new_blocks += len(ids) - n_old
+                    prev = sid
+                else:
+                    prev = add_fresh(start, ids, metas)
+                    cp += 1
+                    copied += v
+                    new_blocks += len(ids)
+            ws += S
+        elif reclaimed:
+            prev = add_fresh(ws, xw, xm[ws:ws + S])
+            new_blocks += len(xw)
+            ws += S
+        if reclaimed:
+            continue
+        while ws < n:                     # every later window is new: nobody shares it
+            xw = x[ws:ws + S]
+            prev = add_fresh(ws, xw, xm[ws:ws + S])
+            new_blocks += len(xw)
+            ws += S
+    return writes, after, extended, log, (reads, new_blocks, copied, ext, cp, reused_seg,
+                                          reused_records)
 
 
 _MAX_SEG = 0xFFFFFFFF

@@ -15,7 +15,7 @@ from libc.stdlib cimport free, malloc
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 
 __all__ = ["HEADER_SIZE", "MAGIC", "VERSION", "checksum", "common_prefix", "decode", "encode",
-           "metas_prefix", "splice", "splice_record", "verify_raws", "views"]
+           "encode_writes", "metas_prefix", "splice", "splice_record", "verify_raws", "views"]
 
 cnp.import_array()
 
@@ -27,6 +27,7 @@ _U8 = np.dtype(np.uint8)
 
 DEF HEADER = 40
 DEF CK_OFF = 32
+DEF KEY_LIMIT = 1 << 56
 
 include "_segment_record.pxi"
 include "_arrays.pxi"
@@ -71,6 +72,43 @@ def encode(uint64_t seg_id, uint64_t start, ids, metas, Py_ssize_t meta_size):
     cdef const uint8_t* mp = <const uint8_t*>cnp.PyArray_DATA(m)
     _seg_write(p, seg_id, start, ap, <uint32_t>n, mp, <uint16_t>meta_size)
     return out
+
+
+def encode_writes(list writes, fresh_ids, Py_ssize_t S, Py_ssize_t meta_size):
+    """A plan's records in one call: as the reference's ``encode_writes`` (its doc has
+    the rules)."""
+    cdef list items = [], sids = []
+    cdef Py_ssize_t blocks = 0, f = 0, nf = len(fresh_ids), n
+    cdef uint64_t seg_id, start
+    cdef cnp.ndarray a, m
+    cdef tuple w
+    if meta_size < 1 or meta_size > 0xFFFF:
+        raise ValueError(f"meta_size must be in 1..65535, got {meta_size}")
+    for w in writes:
+        seg_id = w[0]
+        if seg_id == 0:
+            if f >= nf:
+                raise ValueError("encode_writes: fewer fresh ids than fresh records")
+            seg_id = fresh_ids[f]
+            f += 1
+        start = w[1]
+        a = as_carray(w[2], cnp.NPY_UINT64, 1, "segment ids")
+        m = as_carray(w[3], cnp.NPY_UINT8, 2, "segment metas")
+        n = cnp.PyArray_DIM(a, 0)
+        if start % <uint64_t>S or n > S or seg_id == 0 or seg_id >= KEY_LIMIT:
+            raise ValueError(f"segment {seg_id} at {start} with {n} blocks does not fit a "
+                             f"window of {S}")
+        if cnp.PyArray_DIM(m, 0) != n or cnp.PyArray_DIM(m, 1) != meta_size:
+            raise ValueError(f"segment metas must have shape ({n}, {meta_size}), "
+                             f"got {(<object>m).shape}")
+        out = PyBytes_FromStringAndSize(NULL, HEADER + n * (8 + meta_size))
+        _seg_write(<uint8_t*>PyBytes_AS_STRING(out), seg_id, start,
+                   <const uint8_t*>cnp.PyArray_DATA(a), <uint32_t>n,
+                   <const uint8_t*>cnp.PyArray_DATA(m), <uint16_t>meta_size)
+        items.append((seg_id, out))
+        sids.append(seg_id)
+        blocks += n
+    return items, sids, blocks
 
 
 cdef Py_ssize_t _header(bytes raw, Py_ssize_t meta_size, uint64_t* seg_id,

@@ -12,7 +12,7 @@ import struct
 import numpy as np
 
 __all__ = ["HEADER_SIZE", "MAGIC", "VERSION", "checksum", "common_prefix", "decode", "encode",
-           "metas_prefix", "splice", "splice_record", "verify_raws", "views"]
+           "encode_writes", "metas_prefix", "splice", "splice_record", "verify_raws", "views"]
 
 MAGIC = b"PBSG"
 VERSION = 1
@@ -24,6 +24,8 @@ C2 = 0xFF51AFD7ED558CCD
 C3 = 0xC4CEB9FE1A85EC53
 _HEADER = struct.Struct("<4sHHIIQQQ")
 _MASK = (1 << 64) - 1
+#: segment ids live in key space 0: below 1 << 56
+_KEY_LIMIT = 1 << 56
 
 
 def _words(data: bytes) -> list[int]:
@@ -68,6 +70,29 @@ def encode(seg_id, start, ids, metas, meta_size) -> bytes:
     raw = bytearray(head + a.astype("<u8").tobytes() + m.tobytes())
     raw[32:40] = struct.pack("<Q", _checksum(bytes(raw)))
     return bytes(raw)
+
+
+def encode_writes(writes, fresh_ids, S, meta_size):
+    """Records of a plan's ``writes`` (``(segment id, start, ids, metas)``, id 0 for a
+    fresh one, which takes the next of ``fresh_ids``): ``(items, ids, blocks)`` with
+    ``items`` the ``(key, record)`` pairs in order, ``ids`` every record's segment id
+    and ``blocks`` their block count.  A record that does not fit a window of ``S``,
+    or an id outside the segment key space, is a ValueError naming it."""
+    items, sids, blocks, f = [], [], 0, 0
+    for seg_id, start, ids, metas in writes:
+        if seg_id == 0:
+            if f >= len(fresh_ids):
+                raise ValueError("encode_writes: fewer fresh ids than fresh records")
+            seg_id = fresh_ids[f]
+            f += 1
+        n = len(ids)
+        if start % S or n > S or not 0 < seg_id < _KEY_LIMIT:
+            raise ValueError(f"segment {seg_id} at {start} with {n} blocks does not fit a "
+                             f"window of {S}")
+        items.append((seg_id, encode(seg_id, start, ids, metas, meta_size)))
+        sids.append(seg_id)
+        blocks += n
+    return items, sids, blocks
 
 
 def _problem(raw, meta_size: int):

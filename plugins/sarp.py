@@ -427,19 +427,21 @@ class _Memo:
 
 
 class _Plan:
-    """An insert's decision: the records to write and what it cost to find them."""
+    """An insert's decision (the hot module's ``insert_plan``): the records to write,
+    in order, and what it cost to find them."""
 
-    __slots__ = ("writes", "extended", "after", "reads", "new_blocks", "copied", "ext", "cp",
-                 "reused_seg", "reused_records", "basis", "_keys", "_looked")
+    __slots__ = ("writes", "after", "extended", "log", "reads", "new_blocks", "copied",
+                 "ext", "cp", "reused_seg", "reused_records", "basis", "_keys", "_looked")
 
-    def __init__(self):
-        self.writes: list[Segment] = []
-        self.extended: list[int] = []
-        #: per new segment (seg_id 0), in order: the segment before it on the
-        #: sequence (its id, the Segment when it is new too, or None)
-        self.after: list = []
-        self.reads = self.new_blocks = self.copied = self.ext = self.cp = 0
-        self.reused_seg = self.reused_records = 0
+    def __init__(self, planned=None):
+        #: ``(segment id, start, ids, metas)`` per record, id 0 for a fresh one;
+        #: ``after``: per fresh record, the segment before it on the sequence (an id,
+        #: 0 unknown, or ``-(j + 1)`` for the plan's j-th fresh record); ``log``:
+        #: ``(start, first block id)`` per record, what a conflict check compares
+        self.writes, self.after, self.extended, self.log, counts = (
+            planned if planned is not None else ([], [], [], [], (0,) * 7))
+        (self.reads, self.new_blocks, self.copied, self.ext, self.cp, self.reused_seg,
+         self.reused_records) = counts
         self.basis = 0
         self._keys: frozenset | None = frozenset()
         self._looked = None
@@ -578,6 +580,7 @@ class SarpStrategy(TombstoneOverlay):
         self._child_postings = hot.child_postings
         self._settle_window = hot.settle
         self._match_run = hot.match_run
+        self._insert_plan = hot.insert_plan
         self.geo = _Geometry(S, R, self.refinement)
         self._insert_lock = threading.RLock()
         self._timed_lock = phases.TimedLock(self._insert_lock)
@@ -828,77 +831,33 @@ class SarpStrategy(TombstoneOverlay):
         return self._conflicts(p)
 
     def _plan(self, x, xm, ws: int, memo, prev=0):
-        """What inserting ``x`` from block ``ws`` writes, decided from reads only.
+        """What inserting ``x`` from block ``ws`` writes, decided from reads only
+        (the hot module's ``insert_plan`` has the rules).
 
-        Window by window with an unlimited budget, so the segment it extends or
-        copies from is the one sharing the longest prefix (copying from one that
-        shares less would store indexed blocks again with new metadata).  The
-        records ``memo`` holds (read by this thread's match) are verified from
+        The records ``memo`` holds (read by this thread's match) are verified from
         memory instead of being read again; the plan's ``basis`` is then the
         match's version, else the version it started at, and its ``keys`` the
         (window start, block id) of every window from ``ws``, for
-        :meth:`_conflicts`.  New segments get
-        their ids when published (``seg_id`` 0 until then), so ids keep the
-        publish order that recovery's ordered scan relies on; ``prev`` (the id of
-        the segment before window ``ws`` on ``x``, 0 if unknown) and each new
-        segment's predecessor (``plan.after``) place them for ``id_runs``.
+        :meth:`_conflicts`.  New segments get their ids when published, so ids
+        keep the publish order that recovery's ordered scan relies on; ``prev``
+        (the id of the segment before window ``ws`` on ``x``, 0 if unknown) and
+        each new segment's predecessor (``plan.after``) place them for ``id_runs``.
         """
-        S, n, layer = self.S, len(x), self.layer
-        plan = _Plan()
-        plan.basis = self._version
-        plan.look_from(x, ws, S)
-        if memo is not None and memo.raws:
-            plan.basis = min(plan.basis, memo.version)
-        while ws < n:
-            xw = x[ws:ws + S]
-            known = memo.raws.get(ws) if memo is not None else None
-            v, best, info, _seen = self._route(xw, ws, 0, known)
-            if info is not None:
-                plan.reads += info[2]
-            if known:
-                plan.reused_records += len(known)
-                if memo.best is not None and memo.best[0] == ws and best is not None \
-                        and best[1] == memo.best[1]:
-                    plan.reused_seg += 1
-            if best is not None and v == S:
-                ws += S                       # the whole window is already stored
-                prev = best[1]
-                continue
-            if best is not None:
-                res, is_new, n_old = phases.timed_call(phases.VERIFY, layer.extend_or_copy_raw,
-                                                       best[0], xw, xm[ws:ws + S], v, False)
-                if res is not None:
-                    plan.writes.append(res)
-                    if is_new:
-                        plan.after.append(prev)
-                        plan.cp += 1
-                        plan.copied += v
-                        plan.new_blocks += res.n
-                    else:
-                        plan.ext += 1
-                        plan.extended.append(res.seg_id)
-                        plan.new_blocks += res.n - n_old
-                prev = res if is_new else best[1]
-                ws += S
-            elif self._reclaim_epoch:
-                s = layer.new_segment(ws, xw, xm[ws:ws + S], assign_id=False)
-                plan.writes.append(s)
-                plan.after.append(prev)
-                plan.new_blocks += s.n
-                prev = s
-                ws += S
-            if self._reclaim_epoch:
-                # a reclamation may have cut an earlier window of a prefix whose later
-                # windows it kept (their blocks still available): route every window
-                continue
-            # every later window is new: nobody shares this prefix past here
-            while ws < n:
-                s = layer.new_segment(ws, x[ws:ws + S], xm[ws:ws + S], assign_id=False)
-                plan.writes.append(s)
-                plan.after.append(prev)
-                plan.new_blocks += s.n
-                prev = s
-                ws += S
+        basis = self._version
+        raws = memo.raws if memo is not None else None
+        if raws:
+            basis = min(basis, memo.version)
+        on = phases._ON
+        layer = self.layer
+        plan = _Plan(self._insert_plan(
+            self.dir, x, xm, ws, prev, self.S, raws or None,
+            memo.best if memo is not None else None, bool(self._reclaim_epoch),
+            self.meta_size, self.geo.probe_desc, self.N, self.stride, self.bits,
+            self.filtering, self.sequential, layer.read_raw_many, layer.count_corrupt,
+            phases.phase(phases.ROUTING) if on else None,
+            phases.phase(phases.VERIFY) if on else None))
+        plan.basis = basis
+        plan.look_from(x, ws, self.S)
         return plan
 
     def _publish_plan(self, plan) -> None:
@@ -906,34 +865,27 @@ class SarpStrategy(TombstoneOverlay):
         register it (caller holds the insert lock)."""
         if not plan.writes:
             return
-        fresh = [s for s in plan.writes if s.seg_id == 0]
-        journalled = plan.extended
-        if fresh and self.id_runs:
-            at = {id(s): j for j, s in enumerate(fresh)}
-            after = [-(at[id(p)] + 1) if isinstance(p, Segment) else (p or 0)
-                     for p in plan.after]
-            ids, earlier = self.layer.new_ids_after(after, self.id_runs)
-            for s, i in zip(fresh, ids):
-                s.seg_id = i
+        fresh, journalled = (), plan.extended
+        if plan.after and self.id_runs:
+            fresh, earlier = self.layer.new_ids_after(plan.after, self.id_runs)
             if earlier:
                 # below the first id a snapshot taken before this publish does not
                 # cover: recovery finds them through the journal, as extensions
                 journalled = plan.extended + earlier
-        elif fresh:
-            for s, i in zip(fresh, self.layer.new_ids(len(fresh))):
-                s.seg_id = i
+        elif plan.after:
+            fresh = self.layer.new_ids(len(plan.after))
         journal = ()
         if journalled:
             self._journal_seq += 1
             journal = [(_JOURNAL_BASE | self._journal_seq,
                         struct.pack(f"<{len(journalled)}Q", *journalled))]
-        self.layer.write_many(plan.writes, journal)
+        sids = self.layer.write_planned(plan.writes, fresh, journal)
         if self._extended_watch is not None and plan.extended:
             self._extended_watch.update(plan.extended)
-        phases.timed_call(phases.ROUTING, self._register_all, plan.writes)
+        phases.timed_call(phases.ROUTING, self._register_writes, plan.writes, sids)
         self._version += 1
         # what a conflict check compares (the segments themselves may die with the insert)
-        self._pub_log.append((self._version, [(w.start, int(w.ids[0])) for w in plan.writes]))
+        self._pub_log.append((self._version, plan.log))
 
     # ------------------------------------------------------------------ registration
     def _register_all(self, segs) -> None:
@@ -941,13 +893,22 @@ class SarpStrategy(TombstoneOverlay):
         for seg in segs:
             self._register(seg)
 
+    def _register_writes(self, writes, sids) -> None:
+        """:meth:`_register` a plan's records, ``sids`` their segment ids, in order."""
+        for (_sid, _start, ids, _metas), sid in zip(writes, sids):
+            self._register_ids(ids, sid)
+
     def _register(self, seg: Segment) -> None:
         """Register ``seg``'s routing points (caller holds the insert lock): the
         directory walks them (``RoutingDirectory.register``), marking entries that
         outgrew a threshold; their back-fill jobs and the hidden entries waiting on
         a parent are booked here, in the order the walk found them."""
+        self._register_ids(seg.ids, seg.seg_id)
+
+    def _register_ids(self, ids, seg_id: int) -> None:
+        """:meth:`_register` of segment ``seg_id`` holding block ids ``ids``."""
         geo = self.geo
-        jobs, pending = self.dir.register(seg.ids, seg.seg_id, geo.base_arr, geo.mids_arr,
+        jobs, pending = self.dir.register(ids, seg_id, geo.base_arr, geo.mids_arr,
                                           geo.last_point, self.N, self.stride, self.bits,
                                           self.pruning, self.refinement, self.pt, self.tau)
         for parent, which, key in pending:

@@ -382,6 +382,22 @@ class SegmentLayer:
             self.segments_written += nsegs
             self.blocks_written += blocks
 
+    def write_planned(self, writes, fresh_ids, extra=()) -> list[int]:
+        """A plan's records (``(segment id, start, ids, metas)``, id 0 taking the next of
+        ``fresh_ids``) and ``extra`` items in one engine write batch, as
+        :meth:`write_many` does with segments; returns each record's segment id."""
+        items, sids, blocks = _segments.encode_writes(writes, fresh_ids, self.S,
+                                                      self.meta_size)
+        if not items:
+            return sids
+        nsegs = len(items)
+        items.extend(extra)
+        self.store.write_items(items)
+        with self._count_lock:
+            self.segments_written += nsegs
+            self.blocks_written += blocks
+        return sids
+
     # ---- the insertion primitive -------------------------------------------
     def extend_or_copy(self, seg: Segment, query_ids, query_metas, shared: int,
                        assign_id: bool = True) -> tuple[Segment, bool]:
@@ -409,20 +425,6 @@ class SegmentLayer:
             return seg, False
         ids, metas = _segments.splice(seg.ids, seg.metas, query_ids, query_metas, shared, self.S)
         return self._spliced(seg.seg_id, seg.start, seg.n, ids, metas, shared, assign_id)
-
-    def extend_or_copy_raw(self, raw: bytes, query_ids, query_metas, shared: int,
-                           assign_id: bool = True) -> tuple[Segment | None, bool, int]:
-        """:meth:`extend_or_copy` of the segment in ``raw``, a record verification
-        accepted, spliced straight from the record: ``(segment, is_new, n)`` with ``n``
-        the stored segment's block count, and no segment (None) when the query adds
-        nothing to it."""
-        if shared == min(len(query_ids), self.S):
-            return None, False, 0
-        seg_id, start, n_old, ids, metas = _segments.splice_record(
-            raw if type(raw) is bytes else bytes(raw), query_ids, query_metas, shared, self.S,
-            self.meta_size)
-        seg, is_new = self._spliced(seg_id, start, n_old, ids, metas, shared, assign_id)
-        return seg, is_new, n_old
 
     def _spliced(self, seg_id, start, n_old, ids, metas, shared, assign_id):
         """The segment a splice of ``shared`` stored blocks made: the same id extended

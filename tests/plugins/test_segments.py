@@ -297,26 +297,53 @@ def test_extend_in_place_and_copy_on_diverge():
         layer.extend_or_copy(seg, q, qm, 5)
 
 
-def test_extend_or_copy_raw_is_extend_or_copy_of_the_record():
-    """The same segments as :meth:`extend_or_copy` of the decoded record, with the stored
-    block count; nothing (None) when the query adds no block."""
+@SETTINGS
+@given(st.lists(segments, max_size=5), st.data())
+def test_encode_writes_equals_reference_and_numbers_fresh_records_in_order(segs, data):
+    """A plan's records, fresh ones (id 0) taking the given ids in order: the same
+    items, ids and block count from both twins, each item the record
+    :func:`encode_segment` writes for that segment."""
+    ms = 3
+    segs = [Segment(s.seg_id, s.start, s.ids, np.zeros((len(s.ids), ms), np.uint8) + i)
+            for i, s in enumerate(segs) if len(s.ids)]
+    fresh = [data.draw(st.booleans()) for _ in segs]
+    writes = [(0 if f else s.seg_id, s.start, s.ids, s.metas) for s, f in zip(segs, fresh)]
+    ids = [s.seg_id for s, f in zip(segs, fresh) if f]
+    got = _segments.encode_writes(writes, ids, 64, ms)
+    assert got == _ref.encode_writes(writes, ids, 64, ms)
+    items, sids, blocks = got
+    assert sids == [s.seg_id for s in segs] and blocks == sum(len(s.ids) for s in segs)
+    assert items == [(s.seg_id, encode_segment(s, ms)) for s in segs]
+
+
+@pytest.mark.parametrize("write,fresh,word", [
+    ((0, 0, np.arange(3, dtype=np.uint64), np.zeros((3, 2), np.uint8)), [], "fewer fresh"),
+    ((5, 4, np.arange(3, dtype=np.uint64), np.zeros((3, 2), np.uint8)), [], "does not fit"),
+    ((5, 0, np.arange(9, dtype=np.uint64), np.zeros((9, 2), np.uint8)), [], "does not fit"),
+    ((1 << 56, 0, np.arange(3, dtype=np.uint64), np.zeros((3, 2), np.uint8)), [],
+     "does not fit"),
+    ((5, 0, np.arange(3, dtype=np.uint64), np.zeros((2, 2), np.uint8)), [], "shape")])
+def test_encode_writes_refuses_what_write_many_refuses(write, fresh, word):
+    for mod in (_segments, _ref):
+        with pytest.raises(ValueError, match=word):
+            mod.encode_writes([write], fresh, 8, 2)
+
+
+def test_write_planned_writes_and_counts_like_write_many():
+    """One batch with the extra items; fresh records numbered in order; the layer's
+    counters as :meth:`SegmentLayer.write_many` keeps them."""
     layer = SegmentLayer(MemoryStore(), 8, 2)
-    seg = layer.new_segment(8, np.array([1, 2, 3], np.uint64), np.full((3, 2), 1, np.uint8))
-    raw = encode_segment(seg, 2)
-    q = np.array([1, 2, 3, 4, 5, 6, 7, 8, 9, 10], np.uint64)
-    qm = np.full((10, 2), 2, np.uint8)
-    assert layer.extend_or_copy_raw(raw, q[:2], qm[:2], 2) == (None, False, 0)
-    ext, new, n_old = layer.extend_or_copy_raw(bytearray(raw), q, qm, 3)
-    want, want_new = layer.extend_or_copy(seg, q, qm, 3)
-    assert (new, n_old) == (want_new, 3) and ext.seg_id == seg.seg_id
-    assert ext.ids.tolist() == want.ids.tolist() and ext.metas.tolist() == want.metas.tolist()
-    nxt = layer.next_id
-    cp, new, n_old = layer.extend_or_copy_raw(raw, np.array([1, 9], np.uint64), qm[:2], 1,
-                                              assign_id=False)
-    assert new and n_old == 3 and cp.seg_id == 0 and layer.next_id == nxt and cp.start == 8
-    assert cp.ids.tolist() == [1, 9] and cp.metas.tolist() == [[1, 1], [2, 2]]
-    with pytest.raises(ValueError):
-        layer.extend_or_copy_raw(raw, q, qm, 5)
+    a = layer.new_segment(0, np.array([1, 2, 3], np.uint64), np.full((3, 2), 1, np.uint8))
+    layer.write_many([a])
+    ext = (a.seg_id, 0, np.array([1, 2, 3, 4], np.uint64), np.full((4, 2), 1, np.uint8))
+    new = (0, 8, np.array([7], np.uint64), np.full((1, 2), 2, np.uint8))
+    batches = layer.store.stats().write_batches
+    sids = layer.write_planned([ext, new], [40], [(1 << 60, b"journal")])
+    assert sids == [a.seg_id, 40]
+    assert layer.read(a.seg_id).ids.tolist() == [1, 2, 3, 4]
+    assert layer.read(40).ids.tolist() == [7] and layer.store.get(1 << 60) == b"journal"
+    assert layer.segments_written == 3 and layer.blocks_written == 8
+    assert layer.store.stats().write_batches == batches + 1
 
 
 def test_plans_take_ids_only_when_they_publish():
