@@ -842,41 +842,20 @@ cdef class RoutingDirectory:
             return NONE_
         return self.entries[e].refine_state if refine else self.entries[e].next_state
 
-    def register(self, ids, uint64_t seg, base, mids, Py_ssize_t last, int nfields,
-                 int stride, int bits, bint pruning, bint refinement,
-                 Py_ssize_t pruning_threshold, Py_ssize_t tau):
-        """Register segment ``seg`` (block ids ``ids``) at its routing points under one
-        write lock; ``(jobs, pending)`` as the reference's ``register`` (its doc has
-        the rules)."""
-        cdef cnp.ndarray aa = as_ids(ids)
-        cdef cnp.ndarray boa = as_carray(base, cnp.NPY_INT64, 1, "base points")
-        cdef cnp.ndarray moa = as_carray(mids, cnp.NPY_INT64, 1, "midpoints")
-        cdef const int64_t* bo = <const int64_t*>cnp.PyArray_DATA(boa)
-        cdef const int64_t* mo = <const int64_t*>cnp.PyArray_DATA(moa)
-        cdef Py_ssize_t n = cnp.PyArray_DIM(aa, 0), R = cnp.PyArray_DIM(boa, 0)
-        cdef Py_ssize_t M = cnp.PyArray_DIM(moa, 0)
-        if M and M != R:
-            raise ValueError("register: one midpoint per base point")
-        if seg > MAX_SEG:
-            raise OverflowError(f"segment id {seg} does not fit the 32-bit posting reference")
-        if n == 0 or R == 0:
-            return [], []
-        # at most one job per mechanism and one hidden entry per point reached
-        cdef Py_ssize_t cap = R + M + 1
-        cdef Job* jobs = <Job*>malloc(2 * cap * sizeof(Job))
-        cdef Hidden* hidden = <Hidden*>malloc(cap * sizeof(Hidden))
-        if jobs == NULL or hidden == NULL:
-            free(jobs)
-            free(hidden)
-            raise MemoryError()
-        cdef const uint64_t* ip = <const uint64_t*>cnp.PyArray_DATA(aa)
-        cdef Py_ssize_t nj = 0, nh = 0, nreg = 0, i, e, b, m
+    cdef int _register_core(self, const uint64_t* ip, Py_ssize_t n, uint32_t s32,
+                            const int64_t* bo, Py_ssize_t R, const int64_t* mo, Py_ssize_t M,
+                            Py_ssize_t last, int nfields, int stride, int bits, bint pruning,
+                            bint refinement, Py_ssize_t pruning_threshold, Py_ssize_t tau,
+                            Job* jobs, Py_ssize_t* nj, Hidden* hidden,
+                            Py_ssize_t* nh) noexcept nogil:
+        """Register one segment (``n`` block ids at ``ip``) at its routing points (caller
+        holds the write lock), appending to ``jobs``/``hidden`` (room for ``2 * (R + M +
+        1)`` and ``R + M + 1`` more); -1 on OOM."""
+        cdef Py_ssize_t nreg = 0, i, e, b, m
         cdef uint8_t state
-        cdef uint32_t s32 = <uint32_t>seg
         cdef uint64_t k, parent
         cdef Entry* ent
-        cdef bint oom = False, final
-        pb_wrlock_gil(&self.lock)
+        cdef bint final
         state = LIVE_
         for i in range(R):          # base points; the ones reached are a prefix
             b = bo[i]
@@ -888,23 +867,22 @@ cdef class RoutingDirectory:
                     break
             k = ip[b]
             e = self._put_point(ip, n, b, state, ip[bo[i - 1]] if i > 0 else 0, 0, s32,
-                                nfields, stride, bits, hidden, &nh)
+                                nfields, stride, bits, hidden, nh)
             if e < 0:
-                oom = True
-                break
+                return -1
             ent = &self.entries[e]
             nreg += 1
             if ent.visible:
                 if pruning and ent.next_state == NONE_ and ent.n > pruning_threshold \
                         and i < R - 1:
                     ent.next_state = PENDING_
-                    jobs[nj] = Job(k, b, 0)
-                    nj += 1
+                    jobs[nj[0]] = Job(k, b, 0)
+                    nj[0] += 1
                 if refinement and ent.refine_state == NONE_ and ent.n > tau and M > 0:
                     ent.refine_state = PENDING_
-                    jobs[nj] = Job(k, b, 1)
-                    nj += 1
-        for i in range(nreg if refinement and M > 0 and not oom else 0):
+                    jobs[nj[0]] = Job(k, b, 1)
+                    nj[0] += 1
+        for i in range(nreg if refinement and M > 0 else 0):
             m = mo[i]
             if m >= n:
                 continue
@@ -914,31 +892,95 @@ cdef class RoutingDirectory:
                 continue
             k = ip[m]
             e = self._put_point(ip, n, m, state, parent, 1, s32, nfields, stride, bits,
-                                hidden, &nh)
+                                hidden, nh)
             if e < 0:
-                oom = True
-                break
+                return -1
             ent = &self.entries[e]
             final = i == M - 1
             if ent.visible and final and last >= 0 and ent.refine_state == NONE_ \
                     and ent.n > tau:
                 ent.refine_state = PENDING_
-                jobs[nj] = Job(k, m, 1)
-                nj += 1
+                jobs[nj[0]] = Job(k, m, 1)
+                nj[0] += 1
             if final and 0 <= last < n:
                 state = self._state(k, True)
                 if state == NONE_:
                     continue
                 if self._put_point(ip, n, last, state, k, 1, s32, nfields, stride, bits,
-                                   hidden, &nh) < 0:
-                    oom = True
-                    break
+                                   hidden, nh) < 0:
+                    return -1
+        return 0
+
+    def register(self, ids, uint64_t seg, base, mids, Py_ssize_t last, int nfields,
+                 int stride, int bits, bint pruning, bint refinement,
+                 Py_ssize_t pruning_threshold, Py_ssize_t tau):
+        """Register segment ``seg`` (block ids ``ids``) at its routing points under one
+        write lock; ``(jobs, pending)`` as the reference's ``register`` (its doc has
+        the rules)."""
+        return self.register_writes([(seg, 0, ids, None)], [seg], base, mids, last, nfields,
+                                    stride, bits, pruning, refinement, pruning_threshold, tau)
+
+    def register_writes(self, list writes, list sids, base, mids, Py_ssize_t last,
+                        int nfields, int stride, int bits, bint pruning, bint refinement,
+                        Py_ssize_t pruning_threshold, Py_ssize_t tau):
+        """:meth:`register` of a plan's records in order (``writes[i][2]`` the block ids
+        of segment ``sids[i]``) under one write lock: their jobs and pending entries
+        in that order, as the reference's ``register_writes``."""
+        cdef cnp.ndarray boa = as_carray(base, cnp.NPY_INT64, 1, "base points")
+        cdef cnp.ndarray moa = as_carray(mids, cnp.NPY_INT64, 1, "midpoints")
+        cdef const int64_t* bo = <const int64_t*>cnp.PyArray_DATA(boa)
+        cdef const int64_t* mo = <const int64_t*>cnp.PyArray_DATA(moa)
+        cdef Py_ssize_t R = cnp.PyArray_DIM(boa, 0), M = cnp.PyArray_DIM(moa, 0)
+        cdef Py_ssize_t k = len(writes), i, nj = 0, nh = 0, r = 0
+        cdef uint64_t seg
+        if M and M != R:
+            raise ValueError("register: one midpoint per base point")
+        if len(sids) != k:
+            raise ValueError("register_writes: one segment id per record")
+        if k == 0 or R == 0:
+            return [], []
+        arrays = [as_ids((<tuple>w)[2]) for w in writes]
+        for i in range(k):
+            seg = sids[i]
+            if seg > MAX_SEG:
+                raise OverflowError(f"segment id {seg} does not fit the 32-bit posting "
+                                    f"reference")
+        # at most one job per mechanism and one hidden entry per point reached
+        cdef Py_ssize_t cap = R + M + 1
+        cdef Job* jobs = <Job*>malloc(2 * cap * k * sizeof(Job))
+        cdef Hidden* hidden = <Hidden*>malloc(cap * k * sizeof(Hidden))
+        cdef const uint64_t** ips = <const uint64_t**>malloc(k * sizeof(uint64_t*))
+        cdef Py_ssize_t* ns = <Py_ssize_t*>malloc(k * sizeof(Py_ssize_t))
+        cdef uint32_t* s32 = <uint32_t*>malloc(k * sizeof(uint32_t))
+        if jobs == NULL or hidden == NULL or ips == NULL or ns == NULL or s32 == NULL:
+            free(jobs)
+            free(hidden)
+            free(ips)
+            free(ns)
+            free(s32)
+            raise MemoryError()
+        for i in range(k):
+            a = <cnp.ndarray>arrays[i]
+            ips[i] = <const uint64_t*>cnp.PyArray_DATA(a)
+            ns[i] = cnp.PyArray_DIM(a, 0)
+            s32[i] = <uint32_t>(<uint64_t>sids[i])
+        pb_wrlock_gil(&self.lock)
+        for i in range(k):
+            if ns[i] and self._register_core(ips[i], ns[i], s32[i], bo, R, mo, M, last,
+                                             nfields, stride, bits, pruning, refinement,
+                                             pruning_threshold, tau, jobs, &nj, hidden,
+                                             &nh) < 0:
+                r = -1
+                break
         pb_unlock(&self.lock)
         out = ([(jobs[i].key, jobs[i].off, jobs[i].which) for i in range(nj)],
                [(hidden[i].parent, hidden[i].which, hidden[i].key) for i in range(nh)])
         free(jobs)
         free(hidden)
-        if oom:
+        free(ips)
+        free(ns)
+        free(s32)
+        if r < 0:
             raise MemoryError("routing directory: out of memory")
         return out
 

@@ -607,6 +607,27 @@ class RoutingDirectory:
                     pending.append((key[m], 1, key[last]))
         return jobs, pending
 
+    def register_writes(self, writes, sids, base, mids, last, nfields, stride, bits,
+                        pruning, refinement, pruning_threshold, tau):
+        """:meth:`register` of a plan's records in order (``writes[i][2]`` the block ids
+        of segment ``sids[i]``): all their jobs, then all their pending entries, each
+        in the order the records were registered."""
+        if mids is not None and len(mids) and len(mids) != len(base):
+            raise ValueError("register: one midpoint per base point")
+        if len(sids) != len(writes):
+            raise ValueError("register_writes: one segment id per record")
+        for seg in sids:
+            if int(seg) > _MAX_SEG:
+                raise OverflowError(f"segment id {seg} does not fit the 32-bit posting "
+                                    f"reference")
+        jobs, pending = [], []
+        for w, seg in zip(writes, sids):
+            j, p = self.register(w[2], seg, base, mids, last, nfields, stride, bits, pruning,
+                                 refinement, pruning_threshold, tau)
+            jobs += j
+            pending += p
+        return jobs, pending
+
     def set_state(self, key, next_state=-1, refine_state=-1):
         with self._lock:
             e = self._d.get(int(key))

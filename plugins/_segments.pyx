@@ -15,7 +15,7 @@ from libc.stdlib cimport free, malloc
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 
 __all__ = ["HEADER_SIZE", "MAGIC", "VERSION", "checksum", "common_prefix", "decode", "encode",
-           "encode_writes", "metas_prefix", "splice", "splice_record", "verify_raws", "views"]
+           "encode_writes", "metas_prefix", "place_ids", "splice", "splice_record", "verify_raws", "views"]
 
 cnp.import_array()
 
@@ -109,6 +109,47 @@ def encode_writes(list writes, fresh_ids, Py_ssize_t S, Py_ssize_t meta_size):
         sids.append(seg_id)
         blocks += n
     return items, sids, blocks
+
+
+def place_ids(after, int64_t run, bytearray slots, r0, int64_t next_id):
+    """Fresh segment ids in runs: as the reference's ``place_ids`` (its doc has the
+    rules), ``slots`` updated in place."""
+    cdef list ids = [], earlier = []
+    cdef int64_t p, r, slot, i, base, opened_from = -1, continued = 0, opened = 0
+    cdef int64_t rr0 = -1 if r0 is None else r0
+    if run < 2 or run > 255:
+        raise ValueError("id runs need 2 <= run <= 255")
+    for a in after:
+        p = a
+        if p < 0:
+            p = ids[-p - 1]
+        if p > 0 and rr0 >= 0:
+            r = p // run
+            slot = p % run
+            i = r - rr0
+            if 0 <= i < len(slots) and slots[i] == slot + 1 and slot + 1 < run:
+                slots[i] = slot + 2
+                ids.append(p + 1)
+                if opened_from < 0 or i < opened_from:
+                    earlier.append(p + 1)
+                continued += 1
+                continue
+        base = (next_id + run - 1) // run * run
+        if base + run > KEY_LIMIT:
+            raise OverflowError("segment ids exhausted the 56-bit key space")
+        r = base // run
+        if rr0 < 0:
+            rr0 = r
+        i = r - rr0
+        if i > len(slots):
+            slots.extend(bytes([run]) * (i - len(slots)))    # skipped: closed
+        slots.append(1)
+        if opened_from < 0:
+            opened_from = i
+        next_id = base + run
+        ids.append(base)
+        opened += 1
+    return ids, earlier, (None if rr0 < 0 else rr0), next_id, continued, opened
 
 
 cdef Py_ssize_t _header(bytes raw, Py_ssize_t meta_size, uint64_t* seg_id,

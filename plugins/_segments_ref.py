@@ -12,7 +12,7 @@ import struct
 import numpy as np
 
 __all__ = ["HEADER_SIZE", "MAGIC", "VERSION", "checksum", "common_prefix", "decode", "encode",
-           "encode_writes", "metas_prefix", "splice", "splice_record", "verify_raws", "views"]
+           "encode_writes", "metas_prefix", "place_ids", "splice", "splice_record", "verify_raws", "views"]
 
 MAGIC = b"PBSG"
 VERSION = 1
@@ -93,6 +93,49 @@ def encode_writes(writes, fresh_ids, S, meta_size):
         sids.append(seg_id)
         blocks += n
     return items, sids, blocks
+
+
+def place_ids(after, run, slots, r0, next_id):
+    """Fresh segment ids in runs of ``run`` (the rules are
+    :meth:`prefixbench.plugins.segments.SegmentLayer.new_ids_after`'s): ``slots`` (a
+    bytearray, updated in place) holds the next free slot of each run opened since
+    run ``r0`` (None: none yet), ``next_id`` the first id no run holds.  Returns
+    ``(ids, earlier, r0, next_id, continued, opened)``; OverflowError when the ids
+    would leave the segment key space."""
+    if not 2 <= run <= 255:
+        raise ValueError("id runs need 2 <= run <= 255")
+    ids, earlier = [], []
+    staged = slots
+    opened_from = None
+    continued = opened = 0
+    for a in after:
+        p = ids[-a - 1] if a < 0 else a
+        if p > 0 and r0 is not None:
+            r, slot = divmod(p, run)
+            i = r - r0
+            if 0 <= i < len(staged) and staged[i] == slot + 1 and slot + 1 < run:
+                staged[i] += 1
+                ids.append(p + 1)
+                if opened_from is None or i < opened_from:
+                    earlier.append(p + 1)
+                continued += 1
+                continue
+        base = -(-next_id // run) * run
+        if base + run > _KEY_LIMIT:
+            raise OverflowError("segment ids exhausted the 56-bit key space")
+        r = base // run
+        if r0 is None:
+            r0 = r
+        i = r - r0
+        if i > len(staged):
+            staged.extend(bytes([run]) * (i - len(staged)))    # skipped: closed
+        staged.append(1)
+        if opened_from is None:
+            opened_from = i
+        next_id = base + run
+        ids.append(base)
+        opened += 1
+    return ids, earlier, r0, next_id, continued, opened
 
 
 def _problem(raw, meta_size: int):

@@ -894,9 +894,12 @@ class SarpStrategy(TombstoneOverlay):
             self._register(seg)
 
     def _register_writes(self, writes, sids) -> None:
-        """:meth:`_register` a plan's records, ``sids`` their segment ids, in order."""
-        for (_sid, _start, ids, _metas), sid in zip(writes, sids):
-            self._register_ids(ids, sid)
+        """:meth:`_register` a plan's records, ``sids`` their segment ids, in order
+        (one directory call for the lot)."""
+        geo = self.geo
+        self._book(*self.dir.register_writes(
+            writes, sids, geo.base_arr, geo.mids_arr, geo.last_point, self.N, self.stride,
+            self.bits, self.pruning, self.refinement, self.pt, self.tau))
 
     def _register(self, seg: Segment) -> None:
         """Register ``seg``'s routing points (caller holds the insert lock): the
@@ -908,9 +911,13 @@ class SarpStrategy(TombstoneOverlay):
     def _register_ids(self, ids, seg_id: int) -> None:
         """:meth:`_register` of segment ``seg_id`` holding block ids ``ids``."""
         geo = self.geo
-        jobs, pending = self.dir.register(ids, seg_id, geo.base_arr, geo.mids_arr,
-                                          geo.last_point, self.N, self.stride, self.bits,
-                                          self.pruning, self.refinement, self.pt, self.tau)
+        self._book(*self.dir.register(ids, seg_id, geo.base_arr, geo.mids_arr,
+                                      geo.last_point, self.N, self.stride, self.bits,
+                                      self.pruning, self.refinement, self.pt, self.tau))
+
+    def _book(self, jobs, pending) -> None:
+        """Book what a registration found: the hidden entries waiting on a parent, then
+        the back-fill jobs, in the order the walk found them."""
         for parent, which, key in pending:
             self._pending_children.setdefault((parent, which), set()).add(key)
         for job in jobs:
@@ -1036,7 +1043,10 @@ class SarpStrategy(TombstoneOverlay):
             if unsound:
                 self.layer.count_corrupt(batch[unsound])
             parts.append(got)
-        keys, flts, sids = (np.concatenate(c) for c in zip(*parts)) if parts else _NO_POSTINGS
+        if len(parts) == 1:
+            keys, flts, sids = parts[0]
+        else:
+            keys, flts, sids = (np.concatenate(c) for c in zip(*parts)) if parts else _NO_POSTINGS
         with self._stat_lock:
             self._c["backfill_reads"] += len(segs)
             self._c["backfill_postings"] += len(keys)

@@ -254,41 +254,11 @@ class SegmentLayer:
         the ids and those of them that continue a run opened before this call
         (a snapshot taken since may not cover them: the caller journals them).
         """
-        if run < 2:
-            raise ValueError("id runs need run >= 2")
-        ids: list[int] = []
-        earlier: list[int] = []
         with self._id_lock:
-            slots = self._run_slots
-            r0 = self._run0
-            opened_from = None           # index of the first run this call opened
-            for a in after:
-                p = ids[-a - 1] if a < 0 else a
-                if p > 0 and r0 is not None:
-                    r, slot = divmod(p, run)
-                    i = r - r0
-                    if 0 <= i < len(slots) and slots[i] == slot + 1 and slot + 1 < run:
-                        slots[i] += 1
-                        ids.append(p + 1)
-                        if opened_from is None or i < opened_from:
-                            earlier.append(p + 1)
-                        self.ids_continued += 1
-                        continue
-                base = -(-self._next_id // run) * run
-                if base + run > SEGMENT_KEY_LIMIT:
-                    raise OverflowError("segment ids exhausted the 56-bit key space")
-                r = base // run
-                if r0 is None:
-                    r0 = self._run0 = r
-                i = r - r0
-                if i > len(slots):
-                    slots.extend(bytes([run]) * (i - len(slots)))    # skipped: closed
-                slots.append(1)
-                if opened_from is None:
-                    opened_from = i
-                self._next_id = base + run
-                ids.append(base)
-                self.id_runs_opened += 1
+            ids, earlier, self._run0, self._next, continued, opened = _segments.place_ids(
+                after, run, self._run_slots, self._run0, self._next_id)
+            self.ids_continued += continued
+            self.id_runs_opened += opened
         return ids, earlier
 
     @property

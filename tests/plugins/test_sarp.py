@@ -832,6 +832,41 @@ def test_directory_register_compiled_equals_reference(R, refine, pruning, pt, ta
     assert a.n_postings == b.n_postings and a.check() and b.check()
 
 
+@pytest.mark.parametrize("impl", ["compiled", "python"])
+@settings(max_examples=100, deadline=None)
+@given(R=st.integers(1, 4), refine=st.booleans(), pruning=st.booleans(),
+       pt=st.integers(0, 3), tau=st.integers(0, 3),
+       segs=st.lists(st.tuples(st.integers(0, 16), st.integers(0, 3)), min_size=1,
+                     max_size=12))
+def test_register_writes_is_register_of_each_record_in_order(impl, R, refine, pruning, pt,
+                                                             tau, segs):
+    """A plan's records registered in one call leave the directory as registering them
+    one by one does, with the same jobs and pending entries in the same order."""
+    if impl == "compiled" and _sarp is _sarp_ref:
+        pytest.skip("pure-Python mode: the compiled directory is the reference")
+    cls = RoutingDirectory if impl == "compiled" else RoutingDirectoryPy
+    base, mids, last = _reg_geometry(R, refine)
+    prefixes = [np.arange(1, 4 * R + 1, dtype=np.uint64) * 1000 + p for p in range(4)]
+    writes = [(0, 0, prefixes[p][:min(n, 4 * R)], None) for n, p in segs]
+    sids = list(range(1, len(writes) + 1))
+    one, batch = cls(), cls()
+    jobs, pending = [], []
+    for w, sid in zip(writes, sids):
+        j, p = one.register(w[2], sid, base, mids, last, 2, 2, 4, pruning, refine, pt, tau)
+        jobs += j
+        pending += p
+    got = batch.register_writes(writes, sids, base, mids, last, 2, 2, 4, pruning, refine, pt,
+                                tau)
+    assert got == (jobs, pending)
+    assert _entries(one) == _entries(batch)
+    with pytest.raises(ValueError, match="one segment id per record"):
+        batch.register_writes(writes, sids[1:], base, mids, last, 2, 2, 4, pruning, refine,
+                              pt, tau)
+    with pytest.raises(OverflowError, match="32-bit"):
+        batch.register_writes(writes[:1], [1 << 33], base, mids, last, 2, 2, 4, pruning,
+                              refine, pt, tau)
+
+
 def _entries(d):
     """A directory's entries and postings, in an order both implementations share."""
     x = d.dump()

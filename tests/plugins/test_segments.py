@@ -346,6 +346,28 @@ def test_write_planned_writes_and_counts_like_write_many():
     assert layer.store.stats().write_batches == batches + 1
 
 
+@SETTINGS
+@given(st.integers(2, 255), st.lists(st.lists(st.integers(-3, 40), max_size=5), max_size=8),
+       st.integers(1, 100))
+def test_place_ids_equals_reference(run, calls, start):
+    """Id runs placed by the compiled twin and the reference, call after call from the
+    same state: the same ids, journalled ids, counters and run slots."""
+    state = [[bytearray(), None, start], [bytearray(), None, start]]
+    for after in calls:
+        after = [a if a >= 0 or -a <= i else 0 for i, a in enumerate(after)]
+        got = []
+        for mod, st_ in zip((_segments, _ref), state):
+            ids, earlier, st_[1], st_[2], cont, opened = mod.place_ids(after, run, st_[0],
+                                                                       st_[1], st_[2])
+            got.append((ids, earlier, cont, opened))
+        assert got[0] == got[1] and state[0] == state[1]
+    for mod in (_segments, _ref):
+        with pytest.raises(ValueError, match="id runs"):
+            mod.place_ids([0], 1, bytearray(), None, 1)
+        with pytest.raises(OverflowError, match="56-bit"):
+            mod.place_ids([0], 4, bytearray(), None, (1 << 56) - 2)
+
+
 def test_plans_take_ids_only_when_they_publish():
     """Without ``assign_id`` copies and new segments carry id 0 and use up no id;
     an in-place extension keeps its id; a record with id 0 is never written."""
