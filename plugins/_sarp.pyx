@@ -1629,6 +1629,14 @@ cdef tuple _fresh_copy(const uint8_t* rec, Py_ssize_t v, cnp.ndarray xa, cnp.nda
     return oi, om
 
 
+cdef inline void _add_fresh(list writes, list after, list log, uint64_t start, ids, metas,
+                            prev) except *:
+    """Book a fresh record (numbered when published) at window ``start``, after ``prev``."""
+    writes.append((0, start, ids, metas))
+    after.append(prev)
+    log.append((start, (<const uint64_t*>cnp.PyArray_DATA(<cnp.ndarray>ids))[0]))
+
+
 def insert_plan(d, x, xm, Py_ssize_t ws, prev, Py_ssize_t S, dict known_by_window,
                 best_hint, bint reclaimed, Py_ssize_t meta_size, probe_desc, int nfields,
                 int stride, int bits, bint filtering, bint sequential, read, count_corrupt,
@@ -1703,9 +1711,7 @@ def insert_plan(d, x, xm, Py_ssize_t ws, prev, Py_ssize_t S, dict known_by_windo
                     new_blocks += qlen - n_old
                     prev = sid
                 else:
-                    writes.append((0, start, ids, metas))
-                    after.append(prev)
-                    log.append((start, q[ws]))
+                    _add_fresh(writes, after, log, start, ids, metas, prev)
                     fresh += 1
                     prev = -fresh
                     cp += 1
@@ -1713,9 +1719,7 @@ def insert_plan(d, x, xm, Py_ssize_t ws, prev, Py_ssize_t S, dict known_by_windo
                     new_blocks += qlen
             ws += S
         elif reclaimed:
-            writes.append((0, ws, qa[ws:ws + qlen], ma[ws:ws + qlen]))
-            after.append(prev)
-            log.append((ws, q[ws]))
+            _add_fresh(writes, after, log, ws, qa[ws:ws + qlen], ma[ws:ws + qlen], prev)
             fresh += 1
             prev = -fresh
             new_blocks += qlen
@@ -1724,9 +1728,7 @@ def insert_plan(d, x, xm, Py_ssize_t ws, prev, Py_ssize_t S, dict known_by_windo
             continue
         while ws < n:                     # every later window is new: nobody shares it
             qlen = S if n - ws > S else n - ws
-            writes.append((0, ws, qa[ws:ws + qlen], ma[ws:ws + qlen]))
-            after.append(prev)
-            log.append((ws, q[ws]))
+            _add_fresh(writes, after, log, ws, qa[ws:ws + qlen], ma[ws:ws + qlen], prev)
             fresh += 1
             prev = -fresh
             new_blocks += qlen

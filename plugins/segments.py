@@ -334,23 +334,9 @@ class SegmentLayer:
 
     def write_many(self, segs, extra=()) -> None:
         """All records (and ``extra`` ``(key, bytes)`` items, e.g. a strategy's
-        journal record) in one engine write batch (atomic where the engine is)."""
-        S, meta_size, items, blocks = self.S, self.meta_size, [], 0
-        for s in segs:
-            n = len(s.ids)
-            if s.start % S or n > S or not 0 < s.seg_id < SEGMENT_KEY_LIMIT:
-                raise ValueError(f"segment {s.seg_id} at {s.start} with {n} blocks does not "
-                                 f"fit a window of {S}")
-            items.append((s.seg_id, encode_segment(s, meta_size)))
-            blocks += n
-        if not items:
-            return
-        nsegs = len(items)
-        items.extend(extra)
-        self.store.write_items(items)
-        with self._count_lock:
-            self.segments_written += nsegs
-            self.blocks_written += blocks
+        journal record) in one engine write batch (atomic where the engine is); a
+        segment with id 0, or one that does not fit its window, is a ValueError."""
+        self.write_planned([(s.seg_id, s.start, s.ids, s.metas) for s in segs], (), extra)
 
     def write_planned(self, writes, fresh_ids, extra=()) -> list[int]:
         """A plan's records (``(segment id, start, ids, metas)``, id 0 taking the next of
