@@ -282,8 +282,9 @@ def insert_plan(d, x, xm, ws: int, prev: int, S: int, known_by_window, best_hint
     """What inserting ``x`` (metadata ``xm``) from window ``ws`` writes, from reads only.
 
     Window by window with an unlimited budget (route, then :func:`settle`), so the
-    segment a window extends or copies from is the one sharing the longest prefix:
-    a window stored whole is skipped; one that shares ``v`` blocks with a stored
+    segment a window extends or copies from is the one sharing the longest prefix
+    (copying from one that shares less would store indexed blocks again with new
+    metadata): a window stored whole is skipped; one that shares ``v`` blocks with a stored
     segment gets it extended in place (when it shared the whole segment) or a copy
     of its first ``v`` blocks followed by ``x``'s (a fresh segment); one sharing
     nothing gets a fresh segment.  Past the first window sharing nothing every later

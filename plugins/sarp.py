@@ -273,7 +273,6 @@ which the tests hold equal.
 """
 from __future__ import annotations
 
-import bisect
 import collections
 import math
 import queue
@@ -355,11 +354,6 @@ class _Geometry:
         self.base_arr = np.array(self.base, dtype=np.int64)
         self.mids_arr = np.array(self.mids, dtype=np.int64)
         self.last_point = -1 if self.last is None else self.last     # -1: none
-
-    def probes(self, qlen: int) -> np.ndarray:
-        """Probe offsets below ``qlen``, deepest first."""
-        k = bisect.bisect_left(self.asc, qlen)
-        return self.probe_desc[len(self.probe_desc) - k:]
 
 
 def _half_up(x: float) -> int:
@@ -572,13 +566,11 @@ class SarpStrategy(TombstoneOverlay):
         self.insert_reuse = o["insert_reuse"]
         self.narrow_lock = o["insert_lock"] == "publish"
         self.layer = SegmentLayer(store, S, meta_size)
-        self._compiled = o["directory"] == "compiled"
-        hot = _sarp if self._compiled else _sarp_ref
+        hot = _sarp if o["directory"] == "compiled" else _sarp_ref
         self.dir = hot.RoutingDirectory()
         self._filters = hot.filters
         self._record_ids = hot.record_ids
         self._child_postings = hot.child_postings
-        self._settle_window = hot.settle
         self._match_run = hot.match_run
         self._insert_plan = hot.insert_plan
         self.geo = _Geometry(S, R, self.refinement)
@@ -639,46 +631,6 @@ class SarpStrategy(TombstoneOverlay):
         st = self.stats()
         return (f"{self._geometry}; preset {self.preset} (N={self.N}, b={self.bits}, "
                 f"stride={self.stride}); routing {st['routing_bytes_per_block']:.2f} B/block")
-
-    # ------------------------------------------------------------------ routing one window
-    def _candidates(self, qw: np.ndarray, budget: int):
-        """Routing of one query window: ``(j, cands, pots, n_before, n_after)`` as
-        :meth:`RoutingDirectory.plan` (``j < 0``: no visible entry)."""
-        if not self.filtering:
-            budget = 0          # no ranking to choose by: every candidate is verified
-        if self._compiled:
-            return phases.timed_call(phases.ROUTING, self.dir.route, qw, self.geo.probe_desc,
-                                     self.N, self.stride, self.bits, self.filtering, budget)
-        qlen = len(qw)
-        offs = self.geo.probes(qlen)
-        with phases.phase(phases.HASHING):
-            qf = _sarp_ref.filters(qw, qlen, offs, self.N, self.stride, self.bits)
-        with phases.phase(phases.ROUTING):
-            return self.dir.plan(qw[offs], qf, offs, qlen, self.N, self.stride, self.bits,
-                                 self.filtering, budget)
-
-    def _settle(self, qw: np.ndarray, ws: int, route, budget: int, known=None, first=None):
-        """Best verified segment for the query window ``qw`` (starting at ``ws``):
-        ``settle`` of the hot module over this strategy's store.
-
-        ``known``: ``{segment id: raw}`` already read for this window (verified
-        here, never read again); ``first``: the raw records of the window's
-        ``first_batch``, already fetched.  Returns ``(v, best, info, seen)``
-        with ``v`` the verified shared prefix length, ``best`` the ``(raw, segment
-        id)`` that shares it (None when nothing verified; decoded only by the
-        caller that needs the whole segment), ``info = (n_before,
-        n_after, retrieved, batches)`` (None when nothing was routed) and
-        ``seen`` every record in hand for the window (``{id: raw}``).
-        """
-        layer = self.layer
-        return self._settle_window(route, qw, ws, budget, self.filtering, self.sequential,
-                                   self.S, self.meta_size, known or None, first,
-                                   layer.read_raw_many, layer.count_corrupt,
-                                   phases.phase(phases.VERIFY) if phases._ON else None)
-
-    def _route(self, qw: np.ndarray, ws: int, budget: int, known=None):
-        """:meth:`_candidates` then :meth:`_settle` for one window."""
-        return self._settle(qw, ws, self._candidates(qw, budget), budget, known)
 
     # ------------------------------------------------------------------ match
     def match(self, block_ids: np.ndarray) -> Match:
