@@ -1605,30 +1605,6 @@ def match_run(d, qobj, Py_ssize_t S, Py_ssize_t budget, Py_ssize_t k,
             (windows, uses, before, after, retrieved, extra, spec, wasted, trips))
 
 
-cdef tuple _fresh_copy(const uint8_t* rec, Py_ssize_t v, cnp.ndarray xa, cnp.ndarray xma,
-                       Py_ssize_t ws, Py_ssize_t n, Py_ssize_t meta_size):
-    """``(ids, metas)`` new arrays of ``n`` blocks: the first ``v`` of the record at
-    ``rec`` (NULL: none), then ``x``'s from ``ws + v`` (``xa``/``xma``)."""
-    cdef cnp.npy_intp d1 = n
-    cdef cnp.npy_intp d2[2]
-    d2[0] = n
-    d2[1] = meta_size
-    cdef cnp.ndarray oi = cnp.PyArray_EMPTY(1, &d1, cnp.NPY_UINT64, 0)
-    cdef cnp.ndarray om = cnp.PyArray_EMPTY(2, d2, cnp.NPY_UINT8, 0)
-    cdef uint8_t* pi = <uint8_t*>cnp.PyArray_DATA(oi)
-    cdef uint8_t* pm = <uint8_t*>cnp.PyArray_DATA(om)
-    cdef uint32_t cnt
-    cdef const uint8_t* xp = <const uint8_t*>cnp.PyArray_DATA(xa)
-    cdef const uint8_t* mp = <const uint8_t*>cnp.PyArray_DATA(xma)
-    if v:
-        memcpy(&cnt, rec + 8, 4)
-        memcpy(pi, rec + HEADER, v * 8)
-        memcpy(pm, rec + HEADER + <Py_ssize_t>cnt * 8, v * meta_size)
-    memcpy(pi + v * 8, xp + (ws + v) * 8, (n - v) * 8)
-    memcpy(pm + v * meta_size, mp + (ws + v) * meta_size, (n - v) * meta_size)
-    return oi, om
-
-
 cdef inline void _add_fresh(list writes, list after, list log, uint64_t start, ids, metas,
                             prev) except *:
     """Book a fresh record (numbered when published) at window ``start``, after ``prev``."""
@@ -1653,7 +1629,7 @@ def insert_plan(d, x, xm, Py_ssize_t ws, prev, Py_ssize_t S, dict known_by_windo
     cdef Py_ssize_t npd = cnp.PyArray_DIM(pda, 0)
     cdef RoutingDirectory rd = d if type(d) is RoutingDirectory else None
     cdef Py_ssize_t reads = 0, new_blocks = 0, copied = 0, ext = 0, cp = 0
-    cdef Py_ssize_t reused_seg = 0, reused_records = 0, fresh = 0, qlen, v, m
+    cdef Py_ssize_t reused_seg = 0, reused_records = 0, fresh = 0, qlen, v, at
     cdef uint32_t n_old
     cdef uint64_t sid, start
     cdef tuple route, res
@@ -1695,11 +1671,14 @@ def insert_plan(d, x, xm, Py_ssize_t ws, prev, Py_ssize_t S, dict known_by_windo
                 if verify_phase is not None:
                     verify_phase.__enter__()
                 try:
-                    _seg_metas_at(rp, len(raw), v, meta_size)   # (checks the length)
+                    at = _seg_metas_at(rp, len(raw), v, meta_size)
                     memcpy(&n_old, rp + 8, 4)
                     memcpy(&sid, rp + 16, 8)
                     memcpy(&start, rp + 24, 8)
-                    ids, metas = _fresh_copy(rp, v, qa, ma, ws, qlen, meta_size)
+                    ids, metas = _seg_spliced(
+                        rp + HEADER, rp + at, v, <const uint8_t*>(q + ws),
+                        <const uint8_t*>cnp.PyArray_DATA(ma) + ws * meta_size, qlen,
+                        meta_size)
                 finally:
                     if verify_phase is not None:
                         verify_phase.__exit__(None, None, None)

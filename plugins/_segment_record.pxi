@@ -1,5 +1,6 @@
 # Included by the Cython modules that write or check segment records (_segments,
-# _segment_hash, _sarp): the one C implementation of the record format of
+# _segment_hash, _sarp; each cimports numpy as cnp first): the one C implementation
+# of the record format of
 # plugins/segments (version 1) - the writer, and the checksum that
 # segments.checksum_py documents: a 64-bit fold of everything but the checksum
 # field (bytes [0, 32) and [40, n)), words little-endian, the last one
@@ -118,3 +119,25 @@ cdef inline Py_ssize_t _seg_verify(const uint8_t* p, Py_ssize_t n, uint64_t key,
     if start != ws or qn == 0 or cnt == 0:
         return 0
     return _seg_prefix(p + HEADER, cnt, q, qn)
+
+
+cdef inline tuple _seg_spliced(const uint8_t* ids, const uint8_t* metas, Py_ssize_t shared,
+                               const uint8_t* qids, const uint8_t* qmetas, Py_ssize_t n,
+                               Py_ssize_t ms):
+    """``(ids, metas)`` new arrays of ``n`` blocks: the first ``shared`` ids and
+    ``ms``-byte metadata rows from ``ids``/``metas``, the rest from the query's
+    ``qids``/``qmetas`` (both at the query's block 0) - what extending a segment in
+    place or copying its shared prefix stores."""
+    cdef cnp.npy_intp d1 = n
+    cdef cnp.npy_intp d2[2]
+    d2[0] = n
+    d2[1] = ms
+    cdef cnp.ndarray oi = cnp.PyArray_EMPTY(1, &d1, cnp.NPY_UINT64, 0)
+    cdef cnp.ndarray om = cnp.PyArray_EMPTY(2, d2, cnp.NPY_UINT8, 0)
+    cdef uint8_t* pi = <uint8_t*>cnp.PyArray_DATA(oi)
+    cdef uint8_t* pm = <uint8_t*>cnp.PyArray_DATA(om)
+    memcpy(pi, ids, shared * 8)
+    memcpy(pi + shared * 8, qids + shared * 8, (n - shared) * 8)
+    memcpy(pm, metas, shared * ms)
+    memcpy(pm + shared * ms, qmetas + shared * ms, (n - shared) * ms)
+    return oi, om

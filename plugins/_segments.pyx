@@ -15,7 +15,8 @@ from libc.stdlib cimport free, malloc
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 
 __all__ = ["HEADER_SIZE", "MAGIC", "VERSION", "checksum", "common_prefix", "decode", "encode",
-           "encode_writes", "metas_prefix", "place_ids", "splice", "splice_record", "verify_raws", "views"]
+           "encode_writes", "metas_prefix", "place_ids", "splice", "splice_record",
+           "verify_raws", "views"]
 
 cnp.import_array()
 
@@ -181,19 +182,8 @@ cdef tuple _splice(const uint8_t* ids, const uint8_t* metas, Py_ssize_t na, qids
         raise ValueError("splice: one metadata row of the same size per block")
     if not 0 <= shared <= min(na, n):
         raise ValueError(f"shared={shared} outside 0..{min(na, n)}")
-    cdef cnp.npy_intp d1 = n
-    cdef cnp.npy_intp d2[2]
-    d2[0] = n
-    d2[1] = ms
-    cdef cnp.ndarray oi = cnp.PyArray_EMPTY(1, &d1, cnp.NPY_UINT64, 0)
-    cdef cnp.ndarray om = cnp.PyArray_EMPTY(2, d2, cnp.NPY_UINT8, 0)
-    cdef uint8_t* pi = <uint8_t*>cnp.PyArray_DATA(oi)
-    cdef uint8_t* pm = <uint8_t*>cnp.PyArray_DATA(om)
-    memcpy(pi, ids, shared * 8)
-    memcpy(pi + shared * 8, <uint8_t*>cnp.PyArray_DATA(q) + shared * 8, (n - shared) * 8)
-    memcpy(pm, metas, shared * ms)
-    memcpy(pm + shared * ms, <uint8_t*>cnp.PyArray_DATA(qm) + shared * ms, (n - shared) * ms)
-    return oi, om
+    return _seg_spliced(ids, metas, shared, <const uint8_t*>cnp.PyArray_DATA(q),
+                        <const uint8_t*>cnp.PyArray_DATA(qm), n, ms)
 
 
 def splice(ids, metas, qids, qmetas, Py_ssize_t shared, Py_ssize_t S):

@@ -12,7 +12,8 @@ import struct
 import numpy as np
 
 __all__ = ["HEADER_SIZE", "MAGIC", "VERSION", "checksum", "common_prefix", "decode", "encode",
-           "encode_writes", "metas_prefix", "place_ids", "splice", "splice_record", "verify_raws", "views"]
+           "encode_writes", "metas_prefix", "place_ids", "splice", "splice_record",
+           "verify_raws", "views"]
 
 MAGIC = b"PBSG"
 VERSION = 1
@@ -105,7 +106,6 @@ def place_ids(after, run, slots, r0, next_id):
     if not 2 <= run <= 255:
         raise ValueError("id runs need 2 <= run <= 255")
     ids, earlier = [], []
-    staged = slots
     opened_from = None
     continued = opened = 0
     for a in after:
@@ -113,8 +113,8 @@ def place_ids(after, run, slots, r0, next_id):
         if p > 0 and r0 is not None:
             r, slot = divmod(p, run)
             i = r - r0
-            if 0 <= i < len(staged) and staged[i] == slot + 1 and slot + 1 < run:
-                staged[i] += 1
+            if 0 <= i < len(slots) and slots[i] == slot + 1 and slot + 1 < run:
+                slots[i] += 1
                 ids.append(p + 1)
                 if opened_from is None or i < opened_from:
                     earlier.append(p + 1)
@@ -127,9 +127,9 @@ def place_ids(after, run, slots, r0, next_id):
         if r0 is None:
             r0 = r
         i = r - r0
-        if i > len(staged):
-            staged.extend(bytes([run]) * (i - len(staged)))    # skipped: closed
-        staged.append(1)
+        if i > len(slots):
+            slots.extend(bytes([run]) * (i - len(slots)))    # skipped: closed
+        slots.append(1)
         if opened_from is None:
             opened_from = i
         next_id = base + run

@@ -858,12 +858,8 @@ class SarpStrategy(TombstoneOverlay):
         directory walks them (``RoutingDirectory.register``), marking entries that
         outgrew a threshold; their back-fill jobs and the hidden entries waiting on
         a parent are booked here, in the order the walk found them."""
-        self._register_ids(seg.ids, seg.seg_id)
-
-    def _register_ids(self, ids, seg_id: int) -> None:
-        """:meth:`_register` of segment ``seg_id`` holding block ids ``ids``."""
         geo = self.geo
-        self._book(*self.dir.register(ids, seg_id, geo.base_arr, geo.mids_arr,
+        self._book(*self.dir.register(seg.ids, seg.seg_id, geo.base_arr, geo.mids_arr,
                                       geo.last_point, self.N, self.stride, self.bits,
                                       self.pruning, self.refinement, self.pt, self.tau))
 
@@ -995,10 +991,9 @@ class SarpStrategy(TombstoneOverlay):
             if unsound:
                 self.layer.count_corrupt(batch[unsound])
             parts.append(got)
-        if len(parts) == 1:
-            keys, flts, sids = parts[0]
-        else:
-            keys, flts, sids = (np.concatenate(c) for c in zip(*parts)) if parts else _NO_POSTINGS
+        if len(parts) > 1:
+            parts = [tuple(np.concatenate(c) for c in zip(*parts))]
+        keys, flts, sids = parts[0] if parts else _NO_POSTINGS
         with self._stat_lock:
             self._c["backfill_reads"] += len(segs)
             self._c["backfill_postings"] += len(keys)
