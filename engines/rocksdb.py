@@ -12,6 +12,13 @@ them pays extra device reads.
 
 ``direct_io`` turns on O_DIRECT for reads and for flush/compaction writes.
 
+Compression: option ``compression`` (snappy, RocksDB's default; lz4, zstd or
+none) is how table files store data blocks.  The block cache holds blocks
+uncompressed either way, so the budget buys the same cache; what changes is the
+bytes a file read fetches and the CPU that decompresses them after it (and that
+compresses them in flushes and compactions).  A layout whose records compress
+little pays the decompression for almost no bytes saved.
+
 Compactions: with the paper's small memtables (a quarter of a 5 MiB budget on
 codeact) and writes spread over the key space, every L0 compaction rewrites
 much of the last level, and at two request threads on two cores those
@@ -84,10 +91,15 @@ OPTIONS = {
                                "were served)"),
     "block_bytes": EngineOption(4096, "uncompressed data block size (RocksDB's block_size, "
                                 "default 4 KiB): what one file read fetches"),
+    "compression": EngineOption("snappy", "how data blocks are compressed on disk: snappy "
+                                "(RocksDB's default), lz4, zstd or none; the block cache "
+                                "holds them uncompressed either way"),
     "l0_compaction_trigger": EngineOption(4, "L0 files that start a compaction into the next "
                                           "level (RocksDB's default 4); the slowdown and stop "
                                           "triggers keep their default distance above it"),
 }
+#: the ``compression`` option's values (rocksdict's DBCompressionType constructors)
+COMPRESSIONS = ("snappy", "lz4", "zstd", "none")
 #: RocksDB's level-0 slowdown and stop triggers, by default 20 and 36: above the compaction
 #: trigger by these
 _L0_SLOWDOWN_GAP, _L0_STOP_GAP = 16, 32
@@ -131,6 +143,10 @@ class RocksDBStore(SegmentStore):
                                                 OPTIONS["l0_compaction_trigger"].default, 1)
         self.block_bytes = int_option(opts, "block_bytes", OPTIONS["block_bytes"].default, 512,
                                       size=True)
+        self.compression = opts.get("compression", OPTIONS["compression"].default)
+        if self.compression not in COMPRESSIONS:
+            raise ConfigError(f"option compression: {self.compression!r} is not one of "
+                              f"{', '.join(COMPRESSIONS)}")
         self.block_cache_bytes = config.cache_bytes - memtable
         self.write_buffer_bytes = max(memtable // 2, _MIN_WRITE_BUFFER)
         self.path = prepare_store_dir(config.path, config.create, self.name, "CURRENT")
@@ -148,6 +164,7 @@ class RocksDBStore(SegmentStore):
             table.set_cache_index_and_filter_blocks(True)
             table.set_pin_l0_filter_and_index_blocks_in_cache(True)
         o.set_block_based_table_factory(table)
+        o.set_compression_type(getattr(rocksdict.DBCompressionType, self.compression)())
         o.set_write_buffer_size(self.write_buffer_bytes)
         o.set_max_write_buffer_number(2)
         o.set_max_background_jobs(jobs)

@@ -247,6 +247,28 @@ def test_rocksdb_block_bytes_is_the_tables_block_size(tmp_path, given, want):
     assert f"\n  block_size={want}\n" in text
 
 
+@pytest.mark.parametrize("given, want", [(None, "kSnappyCompression"), ("none", "kNoCompression"),
+                                         ("lz4", "kLZ4Compression"), ("zstd", "kZSTD")])
+def test_rocksdb_compression_reaches_the_tables(tmp_path, given, want):
+    """``compression`` is what RocksDB writes its tables with, and every kind reads
+    back what was stored."""
+    options = {} if given is None else {"compression": given}
+    path = tmp_path / "s"
+    with RocksDBStore(StoreConfig(path=str(path), durability="off", options=options)) as s:
+        s.put_many((i, i.to_bytes(8, "little") * 8) for i in range(3000))
+        s.flush()
+        assert s.get_many([0, 2999, 3000]) == [bytes(64), (2999).to_bytes(8, "little") * 8, None]
+        assert s.compression == (given or "snappy")
+    text = max(path.glob("OPTIONS-*")).read_text()
+    assert f"\n  compression={want}\n" in text
+
+
+def test_rocksdb_compression_refuses_an_unknown_kind(tmp_path):
+    with pytest.raises(ConfigError, match="option compression: 'brotli' is not one of snappy"):
+        RocksDBStore(StoreConfig(path=str(tmp_path / "s"), options={"compression": "brotli"}))
+    assert not (tmp_path / "s").exists()
+
+
 def test_rocksdb_block_bytes_refuses_a_tiny_block(tmp_path):
     with pytest.raises(ConfigError, match="option block_bytes: 100 must be"):
         RocksDBStore(StoreConfig(path=str(tmp_path / "s"), options={"block_bytes": "100"}))
