@@ -310,6 +310,12 @@ class SegmentStore(abc.ABC):
     #: write-ahead/journal logs rather than data (counted apart by disk_usage)
     log_file_patterns: tuple = ()
 
+    def level_files(self) -> dict | None:
+        """Table files per level of an LSM engine, ``{level: count}`` over the levels
+        that hold any: the shape a timed run starts from, which sets how many files a
+        read may have to look in.  None where the engine has no levels."""
+        return None
+
     def memory_outside_budget(self) -> int:
         """Bytes of engine memory not bounded by ``cache_bytes`` (RocksDB's table
         readers: index and filter blocks); 0 where the engine keeps none or cannot say."""

@@ -98,6 +98,8 @@ OPTIONS = {
                                           "level (RocksDB's default 4); the slowdown and stop "
                                           "triggers keep their default distance above it"),
 }
+#: more levels than any RocksDB store has (its default is 7)
+_MAX_LEVELS = 64
 #: the ``compression`` option's values (rocksdict's DBCompressionType constructors)
 COMPRESSIONS = ("snappy", "lz4", "zstd", "none")
 #: RocksDB's level-0 slowdown and stop triggers, by default 20 and 36: above the compaction
@@ -318,6 +320,17 @@ class RocksDBStore(SegmentStore):
         return time.perf_counter() - t0
 
     log_file_patterns = ("*.log",)   # the WAL; LOG and LOG.old are info logs, kept as data
+
+    def level_files(self):
+        files, level = {}, 0
+        while level < _MAX_LEVELS:
+            n = self._db.property_int_value(f"rocksdb.num-files-at-level{level}")
+            if n is None:              # past the store's last level
+                break
+            if n:
+                files[level] = int(n)
+            level += 1
+        return files
 
     def memory_outside_budget(self):
         if self.index_in_cache:

@@ -719,6 +719,8 @@ class Row:
     settle_seconds: float = 0.0
     #: the values in effect of the strategy's options marked beyond its paper
     beyond_paper: dict = field(default_factory=dict)
+    #: the store's table files per level when the timed requests began (LSM engines)
+    level_files: dict | None = None
 
     @property
     def stats(self) -> dict:
@@ -1099,6 +1101,7 @@ class _Opened:
         self.workload, self.settle, self.load_requests = workload, settle, load_requests
         self.beyond = beyond_paper_options(built.strategy)
         self.engine_cache = built.store.config.cache_bytes if built.store is not None else None
+        self.level_files = built.store.level_files() if built.store is not None else None
 
     def row(self, res, threads: int, repeat: int) -> Row:
         """Close the store and the oracle; the setting's row of ``res``."""
@@ -1108,7 +1111,8 @@ class _Opened:
             self.close()
         return Row(self.setting, res, indexed, self.engine_cache, threads=threads,
                    repeat=repeat, load_requests=self.load_requests,
-                   settle_seconds=self.settle, beyond_paper=self.beyond)
+                   settle_seconds=self.settle, beyond_paper=self.beyond,
+                   level_files=self.level_files)
 
     def close(self) -> None:
         try:
@@ -1459,6 +1463,11 @@ _SPACE_COUNTS = (
 )
 
 
+def level_files_text(files: dict) -> str:
+    """``{0: 4, 6: 41}`` as ``L0 4, L6 41`` (``none`` for an empty store)."""
+    return ", ".join(f"L{level} {n}" for level, n in sorted(files.items())) or "none"
+
+
 def _prefixed(bench, prefix: str):
     return pyperf_io.prefixed(bench, prefix)
 
@@ -1547,6 +1556,8 @@ def _suites(res: SweepResult) -> tuple[list, list]:
         md.update({"threads": r.threads, "repeat": r.repeat})
         if r.load_requests:
             md["load_settle_seconds"] = round(r.settle_seconds, 6)
+        if r.level_files is not None:
+            md["store_level_files"] = level_files_text(r.level_files)
         md.update(_text_stats(r.stats))
         if r.engine_cache_bytes is not None:
             md["cache_bytes"] = r.engine_cache_bytes

@@ -606,15 +606,19 @@ def _io_table(res, threads) -> str | None:
         got = [res.get(fig, s, threads) for _c, fig, _f in _IO_COLUMNS]
         if all(g is None for g in got):
             continue
-        rows.append((s, *(cell(g, f) for (_c, _fig, f), g in zip(_IO_COLUMNS, got))))
+        rows.append((s, *(cell(g, f) for (_c, _fig, f), g in zip(_IO_COLUMNS, got)),
+                     res.md(s, threads).get("store_level_files", "-")))
     if not rows:
         return None
     return ("where the reads were served (the engine's counters over the timed requests; "
             "RocksDB statistics, on with --breakdown)\n"
-            + format_table(("strategy",) + tuple(c for c, _f, _g in _IO_COLUMNS), rows)
+            + format_table(("strategy",) + tuple(c for c, _f, _g in _IO_COLUMNS)
+                           + ("table files at start",), rows)
             + "\nfile reads: reads from the engine's files, a compaction's read-aheads "
               "included; cache hits: data blocks found in the block cache; the byte columns "
-              "are what compactions read and wrote and flushes wrote during those requests")
+              "are what compactions read and wrote and flushes wrote during those requests; "
+              "table files at start: the store's table files per level (L0 first) when its "
+              "timed requests began, which sets how many files a read may look in")
 
 
 def _capacity_text(pool_blocks) -> str:

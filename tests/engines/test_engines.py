@@ -269,6 +269,22 @@ def test_rocksdb_compression_refuses_an_unknown_kind(tmp_path):
     assert not (tmp_path / "s").exists()
 
 
+def test_rocksdb_level_files_count_the_table_files_by_level(tmp_path):
+    """``level_files`` holds every table file of the store, by level; an engine
+    without levels has none to give."""
+    path = tmp_path / "s"
+    with RocksDBStore(StoreConfig(path=str(path), durability="off")) as s:
+        assert s.level_files() == {}
+        for k in range(3):
+            s.put_many((i, bytes(50)) for i in range(k * 100, k * 100 + 100))
+            s.flush()
+        files = s.level_files()
+        assert sum(files.values()) == len(list(path.glob("*.sst"))) == 3
+        assert all(isinstance(level, int) and n > 0 for level, n in files.items())
+    with MemoryStore(StoreConfig()) as m:
+        assert m.level_files() is None
+
+
 def test_rocksdb_block_bytes_refuses_a_tiny_block(tmp_path):
     with pytest.raises(ConfigError, match="option block_bytes: 100 must be"):
         RocksDBStore(StoreConfig(path=str(tmp_path / "s"), options={"block_bytes": "100"}))

@@ -641,8 +641,11 @@ def test_breakdown_on_rocksdb_says_where_the_reads_were_served(run_cli, tmp_path
     assert "what storage alone allows (sarp's storage time per request" in out
     _, _, reads = out.partition("where the reads were served")
     assert "file reads/request" in reads and "sarp" in reads and "ssd-blockhash" in reads
+    assert "table files at start" in reads
     from prefixbench.reports.results import load
     res = load(out_json)
+    # the store was empty when these timed requests began (no load phase at this scale)
+    assert res.md("sarp")["store_level_files"] == "none"
     for s in ("sarp", "ssd-blockhash"):
         served = sum(r.median for r in (res.get(f, s) for f in (
             "store-device-reads-per-request", "store-cache-hits-per-request",
@@ -656,6 +659,12 @@ def test_breakdown_on_rocksdb_says_where_the_reads_were_served(run_cli, tmp_path
     assert "where the reads were served" not in out
     plain = load(str(tmp_path / "plain.json"))
     assert plain.get("store-device-reads-per-request", "ssd-blockhash") is None
+
+
+def test_level_files_text_names_each_level_that_holds_files():
+    from prefixbench.harness.sweeps import level_files_text
+    assert level_files_text({6: 41, 0: 4}) == "L0 4, L6 41"
+    assert level_files_text({}) == "none"
 
 
 class _Rows:
