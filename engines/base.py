@@ -525,6 +525,14 @@ def bool_option(opts: dict, name: str, default: bool) -> bool:
     return flag
 
 
+def choice_option(opts: dict, name: str, default: str, choices) -> str:
+    """An engine option that takes one of ``choices``."""
+    value = opts.get(name, default)
+    if value not in choices:
+        raise ConfigError(f"option {name}: {value!r} is not one of {', '.join(choices)}")
+    return value
+
+
 def int_option(opts: dict, name: str, default: int, minimum: int, size: bool = False) -> int:
     """An integer engine option; strings from the CLI are parsed (sizes like ``64MiB``)."""
     value = opts.get(name, default)

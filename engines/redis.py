@@ -93,8 +93,8 @@ import numpy as np
 from prefixbench import phases as _phases
 from prefixbench.engines.base import (EngineOption, MAX_KEY, SCAN_CHUNK, SegmentStore,
                                       StoreConfig, allocated_bytes, check_key, check_options,
-                                      chunked_scan, decode_key, encode_key, import_binding,
-                                      int_option, prepare_store_dir)
+                                      choice_option, chunked_scan, decode_key, encode_key,
+                                      import_binding, int_option, prepare_store_dir)
 from prefixbench.errors import ConfigError, StoreError
 from prefixbench.hookspecs import hookimpl
 
@@ -485,9 +485,7 @@ class RedisStore(SegmentStore):
         super().__init__(config)
         opts = check_options(self.name, config.options, OPTIONS)
         self._timeout = int_option(opts, "socket_timeout", OPTIONS["socket_timeout"].default, 1)
-        layout = opts.get("layout", OPTIONS["layout"].default)
-        if layout not in LAYOUTS:
-            raise ConfigError(f"option layout: {layout!r} is not one of {', '.join(LAYOUTS)}")
+        layout = choice_option(opts, "layout", OPTIONS["layout"].default, LAYOUTS)
         bits = int_option(opts, "pack_bits", OPTIONS["pack_bits"].default, 1)
         if bits > MAX_PACK_BITS:
             raise ConfigError(f"option pack_bits: {bits} must be between 1 and {MAX_PACK_BITS}")

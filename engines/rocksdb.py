@@ -68,6 +68,7 @@ from prefixbench.engines.base import (
     allocated_bytes,
     bool_option,
     check_options,
+    choice_option,
     chunked_scan,
     decode_key,
     encode_key,
@@ -145,10 +146,8 @@ class RocksDBStore(SegmentStore):
                                                 OPTIONS["l0_compaction_trigger"].default, 1)
         self.block_bytes = int_option(opts, "block_bytes", OPTIONS["block_bytes"].default, 512,
                                       size=True)
-        self.compression = opts.get("compression", OPTIONS["compression"].default)
-        if self.compression not in COMPRESSIONS:
-            raise ConfigError(f"option compression: {self.compression!r} is not one of "
-                              f"{', '.join(COMPRESSIONS)}")
+        self.compression = choice_option(opts, "compression", OPTIONS["compression"].default,
+                                         COMPRESSIONS)
         self.block_cache_bytes = config.cache_bytes - memtable
         self.write_buffer_bytes = max(memtable // 2, _MIN_WRITE_BUFFER)
         self.path = prepare_store_dir(config.path, config.create, self.name, "CURRENT")
