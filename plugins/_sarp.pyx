@@ -22,6 +22,7 @@ it; ``dump``/``check`` (tests, snapshots) read under the lock with the GIL
 held, which cannot deadlock because no lock holder ever waits for the GIL.
 """
 import numpy as np
+cimport cython
 cimport numpy as cnp
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc, realloc, qsort
@@ -165,6 +166,82 @@ cdef inline Py_ssize_t _emit(const Posting* lst, Py_ssize_t a, Py_ssize_t b, int
     return cnt
 
 
+@cython.final
+@cython.freelist(64)
+cdef class _Route:
+    """One window's routing answer held in C: the probed entry (``j``, -1 for none),
+    its candidates and their potentials (``cnt`` of each), and the entry's size
+    before (``n``) and after (``n_after``) filtering.  The match and insert loops
+    pass it from routing to settling; the Python API's tuple ``(j, segs, pots, n,
+    n_after)`` is :meth:`as_tuple`.  Up to four candidates (a MaxRetrieval of 3)
+    live inside the object, so a routed window allocates no arrays."""
+    cdef Py_ssize_t j, cnt, n, n_after
+    cdef uint64_t* segs
+    cdef int64_t* pots
+    cdef uint64_t segs_in[4]
+    cdef int64_t pots_in[4]
+
+    def __cinit__(self):
+        self.j = -1
+        self.cnt = self.n = self.n_after = 0
+        self.segs = self.segs_in
+        self.pots = self.pots_in
+
+    def __dealloc__(self):
+        if self.segs != self.segs_in:
+            free(self.segs)
+        if self.pots != self.pots_in:
+            free(self.pots)
+
+    cdef int reserve(self, Py_ssize_t m) noexcept nogil:
+        """Room for ``m`` candidates (once, before any is written); -1 if out of memory."""
+        if m <= 4:
+            return 0
+        self.segs = <uint64_t*>malloc(m * sizeof(uint64_t))
+        self.pots = <int64_t*>malloc(m * sizeof(int64_t))
+        if self.segs == NULL or self.pots == NULL:
+            free(self.segs)
+            free(self.pots)
+            self.segs, self.pots = self.segs_in, self.pots_in
+            return -1
+        return 0
+
+    cdef tuple as_tuple(self):
+        cdef cnp.npy_intp dim = self.cnt
+        cdef cnp.ndarray segs = cnp.PyArray_EMPTY(1, &dim, cnp.NPY_UINT64, 0)
+        cdef cnp.ndarray pots = cnp.PyArray_EMPTY(1, &dim, cnp.NPY_INT64, 0)
+        if self.cnt:
+            memcpy(cnp.PyArray_DATA(segs), self.segs, self.cnt * sizeof(uint64_t))
+            memcpy(cnp.PyArray_DATA(pots), self.pots, self.cnt * sizeof(int64_t))
+        return self.j, segs, pots, self.n, self.n_after
+
+
+cdef _Route _route_of(tuple route):
+    """A route tuple ``(j, segs, pots, n, n_after)`` as a :class:`_Route`."""
+    cdef cnp.ndarray cands = as_carray(route[1], cnp.NPY_UINT64, 1, "candidates")
+    cdef cnp.ndarray pots = as_carray(route[2], cnp.NPY_INT64, 1, "potentials")
+    cdef Py_ssize_t ncand = cnp.PyArray_DIM(cands, 0)
+    if cnp.PyArray_DIM(pots, 0) != ncand:
+        raise ValueError("settle: one potential per candidate")
+    cdef _Route r = _Route.__new__(_Route)
+    if r.reserve(ncand) < 0:
+        raise MemoryError()
+    r.j, r.n, r.n_after, r.cnt = route[0], route[3], route[4], ncand
+    if ncand:
+        memcpy(r.segs, cnp.PyArray_DATA(cands), ncand * sizeof(uint64_t))
+        memcpy(r.pots, cnp.PyArray_DATA(pots), ncand * sizeof(int64_t))
+    return r
+
+
+cdef cnp.ndarray _ids_array(const uint64_t* p, Py_ssize_t m):
+    """``m`` segment ids at ``p`` as a new uint64 array (what ``read`` is given)."""
+    cdef cnp.npy_intp dim = m
+    cdef cnp.ndarray a = cnp.PyArray_EMPTY(1, &dim, cnp.NPY_UINT64, 0)
+    if m:
+        memcpy(cnp.PyArray_DATA(a), p, m * sizeof(uint64_t))
+    return a
+
+
 cdef Py_ssize_t _first_count(Py_ssize_t j, Py_ssize_t ncand, const int64_t* pp, Py_ssize_t na,
                              Py_ssize_t budget, bint filtering, bint sequential) noexcept:
     if j < 0 or ncand == 0:
@@ -214,31 +291,28 @@ def settle(tuple route, qw, uint64_t ws, Py_ssize_t budget, bint filtering, bint
     """Best verified record for one query window: as the reference's ``settle`` (its
     doc has the rules), with the verification and the candidate bookkeeping in C."""
     cdef cnp.ndarray qa = as_ids(qw)
-    return _settle(route, <const uint64_t*>cnp.PyArray_DATA(qa), cnp.PyArray_DIM(qa, 0), ws,
+    return _settle(_route_of(route), <const uint64_t*>cnp.PyArray_DATA(qa),
+                   cnp.PyArray_DIM(qa, 0), ws,
                    budget, filtering, sequential, S, meta_size, known, first, read,
                    count_corrupt, verify_phase)
 
 
-cdef tuple _settle(tuple route, const uint64_t* q, Py_ssize_t qlen, uint64_t ws,
+cdef tuple _settle(_Route route, const uint64_t* q, Py_ssize_t qlen, uint64_t ws,
                    Py_ssize_t budget, bint filtering, bint sequential, Py_ssize_t S,
                    Py_ssize_t meta_size, dict known, first, read, count_corrupt, verify_phase):
     """:func:`settle` of the ``qlen`` query ids at ``q``."""
     if not filtering:
         budget = 0
-    cdef Py_ssize_t j = route[0]
-    nb, na = route[3], route[4]
-    cdef cnp.ndarray cands = as_carray(route[1], cnp.NPY_UINT64, 1, "candidates")
-    cdef cnp.ndarray pots = as_carray(route[2], cnp.NPY_INT64, 1, "potentials")
-    cdef Py_ssize_t ncand = cnp.PyArray_DIM(cands, 0)
-    if cnp.PyArray_DIM(pots, 0) != ncand:
-        raise ValueError("settle: one potential per candidate")
-    cdef const int64_t* pp = <const int64_t*>cnp.PyArray_DATA(pots)
-    cdef const uint64_t* cp
+    cdef Py_ssize_t j = route.j
+    nb, na = route.n, route.n_after
+    cdef Py_ssize_t ncand = route.cnt
+    cdef const int64_t* pp = route.pots
+    cdef const uint64_t* cp = route.segs
     cdef Py_ssize_t best_v = 0, v, t, m, nk, kept, got = 0, batches = 0, i = 0, bv, bk
     cdef uint64_t key
     cdef bint filtered = False, has_known = bool(known)
-    cdef cnp.npy_intp dim
-    cdef cnp.ndarray nc, npots
+    cdef _Route left
+    cdef list ids
     cdef uint64_t* kbuf
     seen = {}
     best_raw, best_id = None, 0
@@ -268,25 +342,25 @@ cdef tuple _settle(tuple route, const uint64_t* q, Py_ssize_t qlen, uint64_t ws,
             for sid in known:
                 kbuf[t] = <uint64_t>sid
                 t += 1
-            cp = <const uint64_t*>cnp.PyArray_DATA(cands)
-            dim = ncand
-            nc = cnp.PyArray_EMPTY(1, &dim, cnp.NPY_UINT64, 0)
-            npots = cnp.PyArray_EMPTY(1, &dim, cnp.NPY_INT64, 0)
+            left = _Route.__new__(_Route)
+            if left.reserve(ncand) < 0:
+                free(kbuf)
+                raise MemoryError()
             kept = 0
             for i in range(ncand):
                 for t in range(nk):
                     if cp[i] == kbuf[t]:
                         break
                 else:
-                    (<uint64_t*>cnp.PyArray_DATA(nc))[kept] = cp[i]
-                    (<int64_t*>cnp.PyArray_DATA(npots))[kept] = pp[i]
+                    left.segs[kept] = cp[i]
+                    left.pots[kept] = pp[i]
                     kept += 1
             free(kbuf)
             i = 0
             if kept < ncand:
-                cands, pots, filtered = nc[:kept], npots[:kept], True
+                route, filtered = left, True       # (route keeps the buffers alive)
                 ncand = kept
-                pp = <const int64_t*>cnp.PyArray_DATA(pots)
+                cp, pp = left.segs, left.pots
     if j < 0:
         return best_v, (best_raw, best_id) if best_raw is not None else None, None, seen
     if has_known and (best_v >= qlen or (filtering and ncand and pp[0] <= best_v)):
@@ -296,14 +370,18 @@ cdef tuple _settle(tuple route, const uint64_t* q, Py_ssize_t qlen, uint64_t ws,
         m = _first_count(j, ncand, pp, _run_of(pp, 0, ncand) if filtered and ncand else na,
                          budget, filtering, sequential)
     while m:
-        batch = cands[i:i + m]
-        raws = first if first is not None else read(batch)
-        first = None
+        if first is not None:
+            raws = first
+            first = None
+            ids = [cp[i + t] for t in range(m)]
+        else:
+            batch = _ids_array(cp + i, m)
+            raws = read(batch)
+            ids = batch.tolist()
         if len(raws) != m:
             raise ValueError("settle: one record per candidate read")
         batches += 1
         got += m
-        ids = batch.tolist()
         bv, bk = 0, -1
         corrupt = None
         if verify_phase is not None:
@@ -328,7 +406,7 @@ cdef tuple _settle(tuple route, const uint64_t* q, Py_ssize_t qlen, uint64_t ws,
                 verify_phase.__exit__(None, None, None)
         i += m
         if corrupt is not None:
-            count_corrupt(batch[corrupt])
+            count_corrupt(np.array([ids[t] for t in corrupt], dtype=np.uint64))
         if bv > best_v:
             best_v, best_raw, best_id = bv, raws[bk], ids[bk]
         if best_v >= qlen or i >= ncand or (budget and got >= budget):
@@ -1171,7 +1249,7 @@ cdef class RoutingDirectory:
         if nk == 0:
             return -1, np.empty(0, np.uint64), np.empty(0, np.int64), 0, 0
         return self._plan(&k[0], &qf[0] if filtering else &k[0], &o[0], nk, qlen, nfields,
-                          stride, bits, filtering, limit)
+                          stride, bits, filtering, limit).as_tuple()
 
     def route(self, qw, probe_desc, int nfields, int stride, int bits, bint filtering,
               Py_ssize_t limit):
@@ -1183,9 +1261,9 @@ cdef class RoutingDirectory:
         cdef cnp.ndarray pda = as_carray(probe_desc, cnp.NPY_INT64, 1, "probe offsets")
         return self._route(<const uint64_t*>cnp.PyArray_DATA(qa), cnp.PyArray_DIM(qa, 0),
                            <const int64_t*>cnp.PyArray_DATA(pda), cnp.PyArray_DIM(pda, 0),
-                           nfields, stride, bits, filtering, limit)
+                           nfields, stride, bits, filtering, limit).as_tuple()
 
-    cdef object _route(self, const uint64_t* q, Py_ssize_t qlen, const int64_t* pd,
+    cdef _Route _route(self, const uint64_t* q, Py_ssize_t qlen, const int64_t* pd,
                        Py_ssize_t npd, int nfields, int stride, int bits, bint filtering,
                        Py_ssize_t limit):
         """:meth:`route` of ``qlen`` ids at ``q`` (the match loop calls it per window)."""
@@ -1196,7 +1274,7 @@ cdef class RoutingDirectory:
         if npd > 256:
             raise ValueError("route: more than 256 routing points per window")
         if qlen == 0:
-            return -1, np.empty(0, np.uint64), np.empty(0, np.int64), 0, 0
+            return _Route.__new__(_Route)
         for i in range(npd):
             if pd[i] < qlen:
                 kbuf[nk] = q[pd[i]]
@@ -1204,16 +1282,18 @@ cdef class RoutingDirectory:
                 fbuf[nk] = _filter(q, qlen, pd[i], nfields, stride, bits) if filtering else 0
                 nk += 1
         if nk == 0:
-            return -1, np.empty(0, np.uint64), np.empty(0, np.int64), 0, 0
+            return _Route.__new__(_Route)
         return self._plan(kbuf, fbuf, obuf, nk, qlen, nfields, stride, bits, filtering, limit)
 
-    cdef object _plan(self, const uint64_t* k, const uint64_t* qf, const int64_t* o, Py_ssize_t nk,
+    cdef _Route _plan(self, const uint64_t* k, const uint64_t* qf, const int64_t* o, Py_ssize_t nk,
                       Py_ssize_t qlen, int nfields, int stride, int bits, bint filtering,
                       Py_ssize_t limit):
         cdef Py_ssize_t j = -1, e = -1, n = 0, cnt = 0, m = 0, i, lo, hi, plo, phi
         cdef Py_ssize_t n_after = 0
+        cdef _Route r = _Route.__new__(_Route)
         cdef uint64_t* out_s = NULL
         cdef int64_t* out_p = NULL
+        cdef bint short = False
         cdef const Posting* lst
         cdef Posting* tmp
         cdef int kstar = 0, kk
@@ -1231,9 +1311,9 @@ cdef class RoutingDirectory:
             lst = self.entries[e].list
             n = self.entries[e].n
             m = n if (limit <= 0 or limit > n) else limit
-            out_s = <uint64_t*>malloc(m * sizeof(uint64_t))
-            out_p = <int64_t*>malloc(m * sizeof(int64_t))
-            if out_s != NULL and out_p != NULL:
+            short = r.reserve(m) < 0
+            out_s, out_p = r.segs, r.pots
+            if not short:
                 offj = o[j]
                 if not filtering:
                     tmp = <Posting*>malloc(n * sizeof(Posting))
@@ -1274,19 +1354,11 @@ cdef class RoutingDirectory:
                         phi = hi
                         kk -= 1
         pb_unlock(&self.lock)
-        if e >= 0 and (out_s == NULL or out_p == NULL or (cnt < m and m > 0)):
-            free(out_s)
-            free(out_p)
+        if e >= 0 and (short or (cnt < m and m > 0)):
             raise MemoryError("routing directory: out of memory in plan")
-        cdef cnp.npy_intp dim = cnt
-        cdef cnp.ndarray segs = cnp.PyArray_EMPTY(1, &dim, cnp.NPY_UINT64, 0)
-        cdef cnp.ndarray pots = cnp.PyArray_EMPTY(1, &dim, cnp.NPY_INT64, 0)
-        if cnt:
-            memcpy(cnp.PyArray_DATA(segs), out_s, cnt * sizeof(uint64_t))
-            memcpy(cnp.PyArray_DATA(pots), out_p, cnt * sizeof(int64_t))
-        free(out_s)
-        free(out_p)
-        return (j if e >= 0 else -1), segs, pots, n, n_after
+        r.j = j if e >= 0 else -1
+        r.cnt, r.n, r.n_after = cnt, n, n_after
+        return r
 
     def dump(self):
         """Every entry and posting (tests, snapshots): a dict of arrays.
@@ -1466,20 +1538,19 @@ cdef class RoutingDirectory:
 
 
 # ----------------------------------------------------------------------------- a whole match
-cdef tuple _route_at(RoutingDirectory rd, d, cnp.ndarray qa, Py_ssize_t w, Py_ssize_t qlen,
-                     probe_desc, const int64_t* pd, Py_ssize_t npd, int nfields, int stride,
-                     int bits, bint filtering, Py_ssize_t limit):
+cdef _Route _route_at(RoutingDirectory rd, d, cnp.ndarray qa, Py_ssize_t w, Py_ssize_t qlen,
+                      probe_desc, const int64_t* pd, Py_ssize_t npd, int nfields, int stride,
+                      int bits, bint filtering, Py_ssize_t limit):
     if rd is not None:
         return rd._route(<const uint64_t*>cnp.PyArray_DATA(qa) + w, qlen, pd, npd, nfields,
                          stride, bits, filtering, limit)
-    return d.route(qa[w:w + qlen], probe_desc, nfields, stride, bits, filtering, limit)
+    return _route_of(d.route(qa[w:w + qlen], probe_desc, nfields, stride, bits, filtering,
+                             limit))
 
 
-cdef inline Py_ssize_t _first_of(tuple route, Py_ssize_t budget, bint filtering,
-                                 bint sequential) except -1:
-    cdef cnp.ndarray pots = <cnp.ndarray>route[2]
-    return _first_count(route[0], cnp.PyArray_DIM(pots, 0),
-                        <const int64_t*>cnp.PyArray_DATA(pots), route[4], budget, filtering,
+cdef inline Py_ssize_t _first_of(_Route route, Py_ssize_t budget, bint filtering,
+                                 bint sequential) noexcept:
+    return _first_count(route.j, route.cnt, route.pots, route.n_after, budget, filtering,
                         sequential)
 
 
@@ -1510,11 +1581,12 @@ def match_run(d, qobj, Py_ssize_t S, Py_ssize_t budget, Py_ssize_t k,
     cdef Py_ssize_t sizes[64]
     cdef bint batched, done = False
     cdef list routes
-    cdef tuple route, res
+    cdef _Route route
+    cdef tuple res
     cdef dict raws_by_window = {}
     cdef cnp.npy_intp dims[2]
     cdef cnp.npy_intp nids
-    cdef cnp.ndarray ids, c
+    cdef cnp.ndarray ids
     cdef uint64_t* ip
     if not 1 <= k <= 64:
         raise ValueError("match_run: k must be in 1..64")
@@ -1538,7 +1610,7 @@ def match_run(d, qobj, Py_ssize_t S, Py_ssize_t budget, Py_ssize_t k,
                                   npd, nfields, stride, bits, filtering, limit)
                 routes.append(route)
                 w += S
-                if not batched or route[0] < 0 or w >= n or w >= pos + k * S:
+                if not batched or route.j < 0 or w >= n or w >= pos + k * S:
                     break       # (no entry: the match cannot pass this window)
         finally:
             if routing_phase is not None:
@@ -1548,7 +1620,7 @@ def match_run(d, qobj, Py_ssize_t S, Py_ssize_t budget, Py_ssize_t k,
             # fetch every window's first group in one read, verify in order
             total = 0
             for t in range(nplan):
-                sizes[t] = _first_of(routes[t], budget, filtering, sequential)
+                sizes[t] = _first_of(<_Route>routes[t], budget, filtering, sequential)
                 total += sizes[t]
             if total:
                 nids = total
@@ -1557,8 +1629,7 @@ def match_run(d, qobj, Py_ssize_t S, Py_ssize_t budget, Py_ssize_t k,
                 lo = 0
                 for t in range(nplan):
                     if sizes[t]:
-                        c = <cnp.ndarray>(<tuple>routes[t])[1]
-                        memcpy(ip + lo, cnp.PyArray_DATA(c), sizes[t] * sizeof(uint64_t))
+                        memcpy(ip + lo, (<_Route>routes[t]).segs, sizes[t] * sizeof(uint64_t))
                         lo += sizes[t]
                 allraws = read(ids)
                 if len(allraws) != total:
@@ -1567,7 +1638,7 @@ def match_run(d, qobj, Py_ssize_t S, Py_ssize_t budget, Py_ssize_t k,
             spec += total - sizes[0]
         lo = 0
         for t in range(nplan):
-            route = <tuple>routes[t]
+            route = <_Route>routes[t]
             first = None
             if batched:
                 m = sizes[t]
@@ -1632,7 +1703,8 @@ def insert_plan(d, x, xm, Py_ssize_t ws, prev, Py_ssize_t S, dict known_by_windo
     cdef Py_ssize_t reused_seg = 0, reused_records = 0, fresh = 0, qlen, v, at
     cdef uint32_t n_old
     cdef uint64_t sid, start
-    cdef tuple route, res
+    cdef _Route route
+    cdef tuple res
     cdef bytes raw
     cdef const uint8_t* rp
     cdef list writes = [], after = [], extended = [], log = []

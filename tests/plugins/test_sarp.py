@@ -785,10 +785,12 @@ def test_directory_compiled_equals_reference_on_random_updates(ops):
         assert a.upsert(key, off, filt << 62, seg, vis) == b.upsert(key, off, filt << 62, seg, vis)
     for key in range(6):
         assert a.info(key) == b.info(key)
-        ra = a.plan([key], [1 << 62], [0], 8, 2, 1, 2, True, 0)
-        rb = b.plan([key], [1 << 62], [0], 8, 2, 1, 2, True, 0)
-        assert ra[0] == rb[0] and ra[3:] == rb[3:]
-        assert ra[1].tolist() == rb[1].tolist() and ra[2].tolist() == rb[2].tolist()
+        # budgets below, at and above the four candidates a compiled route holds inline
+        for filtering, limit in ((True, 0), (True, 3), (True, 4), (True, 5), (False, 0)):
+            ra = a.plan([key], [1 << 62], [0], 8, 2, 1, 2, filtering, limit)
+            rb = b.plan([key], [1 << 62], [0], 8, 2, 1, 2, filtering, limit)
+            assert ra[0] == rb[0] and ra[3:] == rb[3:]
+            assert ra[1].tolist() == rb[1].tolist() and ra[2].tolist() == rb[2].tolist()
     assert a.n_postings == b.n_postings and a.check() and b.check()
 
 
