@@ -1249,7 +1249,7 @@ cdef class RoutingDirectory:
         if nk == 0:
             return -1, np.empty(0, np.uint64), np.empty(0, np.int64), 0, 0
         return self._plan(&k[0], &qf[0] if filtering else &k[0], &o[0], nk, qlen, nfields,
-                          stride, bits, filtering, limit).as_tuple()
+                          stride, bits, filtering, limit, NULL).as_tuple()
 
     def route(self, qw, probe_desc, int nfields, int stride, int bits, bint filtering,
               Py_ssize_t limit):
@@ -1269,7 +1269,6 @@ cdef class RoutingDirectory:
         """:meth:`route` of ``qlen`` ids at ``q`` (the match loop calls it per window)."""
         cdef Py_ssize_t i, nk = 0
         cdef uint64_t kbuf[256]
-        cdef uint64_t fbuf[256]
         cdef int64_t obuf[256]
         if npd > 256:
             raise ValueError("route: more than 256 routing points per window")
@@ -1279,15 +1278,18 @@ cdef class RoutingDirectory:
             if pd[i] < qlen:
                 kbuf[nk] = q[pd[i]]
                 obuf[nk] = pd[i]
-                fbuf[nk] = _filter(q, qlen, pd[i], nfields, stride, bits) if filtering else 0
                 nk += 1
         if nk == 0:
             return _Route.__new__(_Route)
-        return self._plan(kbuf, fbuf, obuf, nk, qlen, nfields, stride, bits, filtering, limit)
+        # the query filter is needed at the one point whose entry is used: _plan makes it
+        return self._plan(kbuf, NULL, obuf, nk, qlen, nfields, stride, bits, filtering, limit,
+                          q)
 
     cdef _Route _plan(self, const uint64_t* k, const uint64_t* qf, const int64_t* o, Py_ssize_t nk,
                       Py_ssize_t qlen, int nfields, int stride, int bits, bint filtering,
-                      Py_ssize_t limit):
+                      Py_ssize_t limit, const uint64_t* q):
+        """:meth:`plan`; with ``qf`` NULL the query filter at the probed point is made
+        from the ``qlen`` query ids at ``q``."""
         cdef Py_ssize_t j = -1, e = -1, n = 0, cnt = 0, m = 0, i, lo, hi, plo, phi
         cdef Py_ssize_t n_after = 0
         cdef _Route r = _Route.__new__(_Route)
@@ -1327,7 +1329,8 @@ cdef class RoutingDirectory:
                         free(tmp)
                     n_after = n
                 else:
-                    qfj = qf[j]
+                    qfj = qf[j] if qf != NULL else _filter(q, qlen, o[j], nfields, stride,
+                                                           bits)
                     kstar = _max_fields(lst, n, qfj, nfields, stride, bits)
                     plo = n
                     phi = n
