@@ -207,13 +207,8 @@ cdef class _Route:
         return 0
 
     cdef tuple as_tuple(self):
-        cdef cnp.npy_intp dim = self.cnt
-        cdef cnp.ndarray segs = cnp.PyArray_EMPTY(1, &dim, cnp.NPY_UINT64, 0)
-        cdef cnp.ndarray pots = cnp.PyArray_EMPTY(1, &dim, cnp.NPY_INT64, 0)
-        if self.cnt:
-            memcpy(cnp.PyArray_DATA(segs), self.segs, self.cnt * sizeof(uint64_t))
-            memcpy(cnp.PyArray_DATA(pots), self.pots, self.cnt * sizeof(int64_t))
-        return self.j, segs, pots, self.n, self.n_after
+        return (self.j, _array_of(self.segs, self.cnt, cnp.NPY_UINT64),
+                _array_of(self.pots, self.cnt, cnp.NPY_INT64), self.n, self.n_after)
 
 
 cdef _Route _route_of(tuple route):
@@ -233,12 +228,12 @@ cdef _Route _route_of(tuple route):
     return r
 
 
-cdef cnp.ndarray _ids_array(const uint64_t* p, Py_ssize_t m):
-    """``m`` segment ids at ``p`` as a new uint64 array (what ``read`` is given)."""
+cdef cnp.ndarray _array_of(const void* p, Py_ssize_t m, int typenum):
+    """A new 1-d array of ``m`` 8-byte items (``typenum`` uint64 or int64) copied from ``p``."""
     cdef cnp.npy_intp dim = m
-    cdef cnp.ndarray a = cnp.PyArray_EMPTY(1, &dim, cnp.NPY_UINT64, 0)
+    cdef cnp.ndarray a = cnp.PyArray_EMPTY(1, &dim, typenum, 0)
     if m:
-        memcpy(cnp.PyArray_DATA(a), p, m * sizeof(uint64_t))
+        memcpy(cnp.PyArray_DATA(a), p, m * 8)
     return a
 
 
@@ -375,7 +370,7 @@ cdef tuple _settle(_Route route, const uint64_t* q, Py_ssize_t qlen, uint64_t ws
             first = None
             ids = [cp[i + t] for t in range(m)]
         else:
-            batch = _ids_array(cp + i, m)
+            batch = _array_of(cp + i, m, cnp.NPY_UINT64)
             raws = read(batch)
             ids = batch.tolist()
         if len(raws) != m:
@@ -1247,7 +1242,7 @@ cdef class RoutingDirectory:
         if o.shape[0] < nk:
             raise ValueError("plan: fewer offsets than keys")
         if nk == 0:
-            return -1, np.empty(0, np.uint64), np.empty(0, np.int64), 0, 0
+            return _Route.__new__(_Route).as_tuple()
         return self._plan(&k[0], &qf[0] if filtering else &k[0], &o[0], nk, qlen, nfields,
                           stride, bits, filtering, limit, NULL).as_tuple()
 
