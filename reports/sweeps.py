@@ -5,9 +5,10 @@ table here; the command prints it from the suites it wrote, and ``show``
 prints the same from the file.  Cells are the median over repeats with the
 min-max; a ratio to the reference (the first setting) is taken within each
 repeat.  The strategies sweep adds the cap rule's line above its table and,
-below it, each strategy's options, the threads table and sarp's Table 4
-calibration; any sweep run with ``--breakdown`` ends with the breakdown.  All
-of it comes from the suites: the figures, and the metadata keys
+below it, each strategy at its fastest variant (where one ran in several), each
+strategy's options, the threads table and sarp's Table 4 calibration; any sweep
+run with ``--breakdown`` ends with the breakdown.  All of it comes from the
+suites: the figures, and the metadata keys
 :data:`prefixbench.schema.SWEEP_NOTE_KEYS` (a suite written before those keys
 shows what its figures allow: no paper column, no paper thread counts).
 """
@@ -338,11 +339,16 @@ def _value(v) -> str:
 
 
 def strategies_notes(res) -> list:
-    """What the strategies sweep prints below its table: each strategy's options, the
-    threads table (more than one thread count), sarp's Table 4 beside the paper's."""
+    """What the strategies sweep prints below its table: each strategy at its fastest
+    variant (where one ran in several), each strategy's options, the threads table
+    (more than one thread count), sarp's Table 4 beside the paper's."""
     ss = settings(res)
-    out = ["\noptions of each strategy\n" + format_table(
-        ("strategy", "options"), [(s, _options_text(res.md(s))) for s in ss])]
+    out = []
+    best = best_variants_table(res)
+    if best:
+        out.append(best)
+    out.append("\noptions of each strategy\n" + format_table(
+        ("strategy", "options"), [(s, _options_text(res.md(s))) for s in ss]))
     counts = config(res).get("threads") or [1]
     if len(counts) > 1:
         out.append(threads_table(res, counts))
@@ -353,6 +359,51 @@ def strategies_notes(res) -> list:
     if sarp:
         out.append(table4(res, sarp[0]))
     return out
+
+
+def best_variants(res) -> dict:
+    """Each strategy's settings in run order, keyed by strategy name, and the fastest of
+    them (highest median request throughput at the first thread count):
+    ``{name: (best setting, [settings])}``."""
+    t = res.threads()[0]
+    groups: dict = {}
+    for s in settings(res):
+        groups.setdefault(res.md(s).get("strategy") or s, []).append(s)
+
+    def rate(s):
+        r = res.get("request-throughput", s, t)
+        return r.median if r is not None else -math.inf
+    return {name: (max(group, key=rate), group) for name, group in groups.items()}
+
+
+def best_variants_table(res) -> str | None:
+    """Where a strategy ran in more than one variant (block sizes, compression, ...):
+    every strategy at its fastest variant, and the first setting's strategy at its
+    fastest over each, within each repeat - the comparison the table above does not
+    make when the reference's own best is not the first row.  None when every
+    strategy ran once."""
+    best = best_variants(res)
+    if all(len(group) == 1 for _b, group in best.values()):
+        return None
+    t = res.threads()[0]
+    first = next(iter(best))
+    ref = best[first][0]
+
+    def g(n, s):
+        return res.get(n, s, t)
+    rows = [(name, s, len(group), cell(g("request-throughput", s), _int),
+             cell(_paired(g("request-throughput", ref), g("request-throughput", s), _div),
+                  _ratio),
+             cell(_paired(g("match-latency-mean", s), g("match-latency-mean", ref), _div),
+                  _ratio),
+             cell(_paired(g("insert-latency-mean", s), g("insert-latency-mean", ref), _div),
+                  _ratio))
+            for name, (s, group) in best.items()]
+    header = ("strategy", "its fastest variant", "variants", "req/s", f"{first} best ÷ it",
+              f"match ÷ {first} best", f"insert ÷ {first} best")
+    return (f"\neach strategy at its fastest variant (highest median req/s among its rows "
+            f"in this run; ratios against {first}'s fastest, within each repeat)\n"
+            + format_table(header, rows))
 
 
 def windows_table(res) -> str | None:

@@ -109,6 +109,36 @@ def test_sweep_strategies_with_repeats(tmp_path, capsys):
                            "sessions=3", "--strategies", "sarp,segment-hash",
                            "--repeat", "2", "-o", str(out)], out)
     assert "2 repeats (median, min-max)" in shown and "segment-hash" in shown
+    assert "fastest variant" not in shown       # each strategy ran in one variant
+
+
+def test_sweep_strategies_each_at_its_fastest_variant(tmp_path, capsys):
+    """With a strategy in several variants, a table sets each at its fastest (highest
+    median req/s) against the first strategy's fastest, paired within each repeat."""
+    import statistics
+    from prefixbench.reports import results
+    out = tmp_path / "sweep.json"
+    shown = _exact(capsys, ["-q", "sweep", "strategies", "-w", "codeact", "-W", "sessions=3",
+                            "--strategies", "sarp,sarp+max_retrieval=1,ssd-blockhash,"
+                            "ssd-blockhash+probe=batch", "--repeat", "2",
+                            "-o", str(out)], out)
+    res = results.load(str(out))
+
+    def rates(s):
+        return res.get("request-throughput", s, 1).values
+    fast = {name: max(group, key=lambda s: statistics.median(rates(s)))
+            for name, group in (("sarp", ["sarp", "sarp+max_retrieval=1"]),
+                                ("ssd-blockhash", ["ssd-blockhash", "ssd-blockhash+probe=batch"]))}
+    ratio = statistics.median(a / b for a, b in zip(rates(fast["sarp"]),
+                                                    rates(fast["ssd-blockhash"])))
+    lines = shown.splitlines()
+    at = next(i for i, ln in enumerate(lines) if ln.startswith("each strategy at its fastest"))
+    rows = {ln.split()[0]: ln.split() for ln in lines[at + 3:at + 5]}
+    # cells: median, then (min-max)
+    assert rows["sarp"][1:3] == [fast["sarp"], "2"] and rows["sarp"][5] == "1.00x"
+    assert rows["ssd-blockhash"][1:3] == [fast["ssd-blockhash"], "2"]
+    assert rows["ssd-blockhash"][5] == f"{ratio:.2f}x"
+    assert at < shown.index("options of each strategy")
 
 
 def _exact(capsys, argv, path):
