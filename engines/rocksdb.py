@@ -26,8 +26,12 @@ compactions compete with the requests for CPU.  Option
 ``l0_compaction_trigger`` (RocksDB's ``level0_file_num_compaction_trigger``,
 default 4, RocksDB's own) lets more L0 files gather before one compaction
 merges them, so the last level is rewritten less often; reads then check more
-L0 files' in-memory Bloom filters.  The default stays RocksDB's, as in the
-paper's setup.
+L0 files' in-memory Bloom filters.  The other way, a trigger of 1 leaves no L0
+file behind a load, so records written at different times but read together (a
+sequence's windows under adjacent ids) sit in the last level's key order, in
+fewer data blocks: on eabf at paper scale sarp's file reads per request fell
+from 4.36 to 3.52 and capped's to 1.37 (the README's "L0 files").  The default
+stays RocksDB's, as in the paper's setup.
 
 Durability: ``sync`` fsyncs the WAL per batch; ``async`` writes the WAL to
 the OS per batch without fsync (survives kill -9); ``off`` disables the WAL
