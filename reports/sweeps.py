@@ -273,6 +273,18 @@ def _div(a, b):
     return a / b if b else math.inf
 
 
+def _against(g, ref, s) -> tuple:
+    """Setting ``s`` against ``ref``, within each repeat (``g(figure, setting)`` reads a
+    figure): ref's request throughput over s's, then s's mean match and insert latency
+    over ref's."""
+    return (cell(_paired(g("request-throughput", ref), g("request-throughput", s), _div),
+                 _ratio),
+            cell(_paired(g("match-latency-mean", s), g("match-latency-mean", ref), _div),
+                 _ratio),
+            cell(_paired(g("insert-latency-mean", s), g("insert-latency-mean", ref), _div),
+                 _ratio))
+
+
 def format_strategies(res) -> str:
     ss = settings(res)
     t = res.threads()[0]
@@ -287,15 +299,10 @@ def format_strategies(res) -> str:
         return res.get(n, s, t)
     for s in ss:
         false = [res.get("false-hits", s, n) for n in res.threads()]
-        rows.append((s, cell(g("request-throughput", s), _int),
-                     cell(_paired(g("request-throughput", ref), g("request-throughput", s),
-                                  _div), _ratio),
-                     cell(g("match-latency-mean", s), fmt_seconds),
-                     cell(_paired(g("match-latency-mean", s), g("match-latency-mean", ref),
-                                  _div), _ratio),
-                     cell(g("insert-latency-mean", s), fmt_seconds),
-                     cell(_paired(g("insert-latency-mean", s), g("insert-latency-mean", ref),
-                                  _div), _ratio),
+        per_req, per_match, per_insert = _against(g, ref, s)
+        rows.append((s, cell(g("request-throughput", s), _int), per_req,
+                     cell(g("match-latency-mean", s), fmt_seconds), per_match,
+                     cell(g("insert-latency-mean", s), fmt_seconds), per_insert,
                      cell(g("hit-rate-loss", s), _pct),
                      _int(sum(sum(r.values) for r in false if r is not None)),
                      cell(g("store-reads-per-match", s), _num()),
@@ -391,13 +398,7 @@ def best_variants_table(res) -> str | None:
 
     def g(n, s):
         return res.get(n, s, t)
-    rows = [(name, s, len(group), cell(g("request-throughput", s), _int),
-             cell(_paired(g("request-throughput", ref), g("request-throughput", s), _div),
-                  _ratio),
-             cell(_paired(g("match-latency-mean", s), g("match-latency-mean", ref), _div),
-                  _ratio),
-             cell(_paired(g("insert-latency-mean", s), g("insert-latency-mean", ref), _div),
-                  _ratio))
+    rows = [(name, s, len(group), cell(g("request-throughput", s), _int), *_against(g, ref, s))
             for name, (s, group) in best.items()]
     header = ("strategy", "its fastest variant", "variants", "req/s", f"{first} best ÷ it",
               f"match ÷ {first} best", f"insert ÷ {first} best")
