@@ -667,7 +667,8 @@ def _io_table(res, threads) -> str | None:
             + format_table(("strategy",) + tuple(c for c, _f, _g in _IO_COLUMNS)
                            + ("table files at start",), rows)
             + "\nfile reads: reads from the engine's files, a compaction's read-aheads "
-              "included; cache hits: data blocks found in the block cache; the byte columns "
+              "included; cache hits: data blocks found in the block cache (and records in a row "
+              "cache); the byte columns "
               "are what compactions read and wrote and flushes wrote during those requests; "
               "table files at start: the store's table files per level (L0 first) when its "
               "timed requests began, which sets how many files a read may look in")

@@ -321,6 +321,41 @@ def test_rocksdb_io_counters_say_where_reads_were_served(tmp_path):
         assert served >= 2, after
 
 
+@pytest.mark.parametrize("row", [0, 512 << 10])
+def test_rocksdb_row_cache_takes_the_block_caches_share_and_serves_rereads(tmp_path, row):
+    """``row_cache_bytes`` comes out of the block cache's share (the budget stays
+    ``cache_bytes``); here it is all of it, so no block cache is left, and a record
+    read again comes from the row cache, not the file.  Without it, the same
+    reread goes to the file."""
+    memtable = 512 << 10
+    options = {"statistics": "true", "write_buffer_bytes": memtable}
+    if row:
+        options["row_cache_bytes"] = row
+    else:
+        options["write_buffer_bytes"] = 1 << 20        # no block cache, no row cache
+    with RocksDBStore(StoreConfig(path=str(tmp_path / "s"), durability="off", cache_bytes=1 << 20,
+                                  options=options)) as s:
+        assert s.row_cache_bytes == row
+        assert s.block_cache_bytes == 0
+        s.put_many((i, bytes([i % 251]) * 100) for i in range(1, 2000))
+        s.flush()
+        assert s.get_many([7, 1500]) == [bytes([7]) * 100, bytes([1500 % 251]) * 100]
+        before = s.io_counters()
+        assert s.get_many([7, 1500]) == [bytes([7]) * 100, bytes([1500 % 251]) * 100]
+        after = s.io_counters()
+    reads = after["device_reads"] - before["device_reads"]
+    hits = after["cache_hits"] - before["cache_hits"]
+    assert (reads, hits) == ((0, 2) if row else (2, 0))
+
+
+def test_rocksdb_row_cache_refuses_more_than_the_block_caches_share(tmp_path):
+    with pytest.raises(ConfigError, match=r"option row_cache_bytes: 1048576 exceeds the block "
+                                          r"cache's share of cache_bytes \(524288\)"):
+        RocksDBStore(StoreConfig(path=str(tmp_path / "s"), cache_bytes=1 << 20,
+                                 options={"row_cache_bytes": "1MiB"}))
+    assert not (tmp_path / "s").exists()
+
+
 def test_rocksdb_io_counters_are_off_by_default_and_take_only_yes_or_no(tmp_path):
     with RocksDBStore(StoreConfig(path=str(tmp_path / "a"))) as s:
         assert s.io_counters() is None
