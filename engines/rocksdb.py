@@ -162,12 +162,13 @@ class RocksDBStore(SegmentStore):
                                       size=True)
         self.compression = choice_option(opts, "compression", OPTIONS["compression"].default,
                                          COMPRESSIONS)
+        share = config.cache_bytes - memtable      # the block cache's, a row cache's included
         self.row_cache_bytes = int_option(opts, "row_cache_bytes", OPTIONS["row_cache_bytes"].default,
                                            0, size=True)
-        if self.row_cache_bytes > config.cache_bytes - memtable:
+        if self.row_cache_bytes > share:
             raise ConfigError(f"option row_cache_bytes: {self.row_cache_bytes} exceeds the block "
-                              f"cache's share of cache_bytes ({config.cache_bytes - memtable})")
-        self.block_cache_bytes = config.cache_bytes - memtable - self.row_cache_bytes
+                              f"cache's share of cache_bytes ({share})")
+        self.block_cache_bytes = share - self.row_cache_bytes
         self.write_buffer_bytes = max(memtable // 2, _MIN_WRITE_BUFFER)
         self.path = prepare_store_dir(config.path, config.create, self.name, "CURRENT")
 

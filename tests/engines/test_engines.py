@@ -327,12 +327,10 @@ def test_rocksdb_row_cache_takes_the_block_caches_share_and_serves_rereads(tmp_p
     ``cache_bytes``); here it is all of it, so no block cache is left, and a record
     read again comes from the row cache, not the file.  Without it, the same
     reread goes to the file."""
-    memtable = 512 << 10
-    options = {"statistics": "true", "write_buffer_bytes": memtable}
     if row:
-        options["row_cache_bytes"] = row
-    else:
-        options["write_buffer_bytes"] = 1 << 20        # no block cache, no row cache
+        options = {"statistics": "true", "write_buffer_bytes": 512 << 10, "row_cache_bytes": row}
+    else:                                           # no block cache, no row cache
+        options = {"statistics": "true", "write_buffer_bytes": 1 << 20}
     with RocksDBStore(StoreConfig(path=str(tmp_path / "s"), durability="off", cache_bytes=1 << 20,
                                   options=options)) as s:
         assert s.row_cache_bytes == row
