@@ -346,11 +346,15 @@ def test_rocksdb_row_cache_takes_the_block_caches_share_and_serves_rereads(tmp_p
     assert (reads, hits) == ((0, 2) if row else (2, 0))
 
 
-def test_rocksdb_row_cache_refuses_more_than_the_block_caches_share(tmp_path):
-    with pytest.raises(ConfigError, match=r"option row_cache_bytes: 1048576 exceeds the block "
-                                          r"cache's share of cache_bytes \(524288\)"):
+@pytest.mark.parametrize("given, message", [
+    ("1MiB", r"option row_cache_bytes: 1048576 exceeds the block cache's share of cache_bytes "
+             r"\(524288\)"),
+    ("lots", r"option row_cache_bytes: 'lots' is not a size"),
+    ("-1", r"option row_cache_bytes: '-1' is not a size")])
+def test_rocksdb_row_cache_refuses_more_than_the_block_caches_share(tmp_path, given, message):
+    with pytest.raises(ConfigError, match=message):
         RocksDBStore(StoreConfig(path=str(tmp_path / "s"), cache_bytes=1 << 20,
-                                 options={"row_cache_bytes": "1MiB"}))
+                                 options={"row_cache_bytes": given}))
     assert not (tmp_path / "s").exists()
 
 
