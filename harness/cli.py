@@ -266,9 +266,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "'each' loads before every run (default: once where a setting runs more "
                    "than once and the engine can checkpoint)")
     g.add_argument("--no-device-probe", dest="device_probe", action="store_false",
-                   default=None, help="--threads with --direct-io: skip measuring what the "
-                   "device alone gives those thread counts (4 KiB random direct reads, about "
-                   "10 s and a 1 GiB scratch file where the stores go)")
+                   default=None, help="with --direct-io: skip measuring what the device "
+                   "alone gives the --threads counts (4 KiB random direct reads, about 10 s "
+                   "and a 1 GiB scratch file where the stores go) and, with --interleave, "
+                   "watching its read latency between the turns of each repeat")
     g.add_argument("--force", action="store_true", help="--scale paper: run the full paper "
                    "size even where the pre-flight estimate of disk and memory says it does "
                    "not fit; other sizes: run even where the workload will not fit")

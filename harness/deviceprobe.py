@@ -20,6 +20,14 @@ It is skipped, with a reason and no error, where it cannot measure: too
 little free disk for the file, a directory whose file system refuses
 ``O_DIRECT`` (tmpfs on older kernels), or a write or read of the file that
 fails; the sweep it serves goes on without the figure.
+
+:class:`DeviceWatch` asks a different question: how fast was the device while
+each repeat of an interleaved sweep ran?  On a shared machine a slow repeat of
+a setting that mostly waits on device reads may be the device, not the setting.
+Between rounds of turns it times a few 4 KiB random reads at queue depth 1 on
+its own scratch file (no page cache, so the stores' block caches are
+untouched, and none of it falls inside a timed turn) and keeps each repeat's
+latencies apart.
 """
 from __future__ import annotations
 
@@ -39,6 +47,8 @@ BLOCK = 4096
 DEFAULT_FILE_BYTES = 1 << 30
 DEFAULT_SECONDS = 1.0
 DEFAULT_ROUNDS = 3
+#: reads a watch times before each round of turns
+DEFAULT_WATCH_READS = 32
 _WRITE_CHUNK = 1 << 20
 #: free disk kept beyond the scratch file
 _DISK_MARGIN = 256 << 20
@@ -178,3 +188,105 @@ def _rate(path: str, p: int, file_bytes: int, seconds: float) -> float:
     if errors:
         raise errors[0]
     return sum(counts) / elapsed
+
+
+class DeviceWatch:
+    """4 KiB random ``O_DIRECT`` reads at queue depth 1, timed a few at a time between
+    the timed turns of an interleaved sweep, kept per repeat.
+
+    :meth:`open` writes the scratch file (``file_bytes`` in ``directory``, the
+    temporary directory by default) or sets :attr:`skipped` with a reason, as
+    :func:`probe_device` does; :meth:`sample` times ``reads`` reads for one repeat
+    (nothing once skipped; a failing read skips the rest of the watch and keeps what
+    was timed); :meth:`close` removes the file.  Use it as a context manager."""
+
+    def __init__(self, directory: str | None = None, *, file_bytes: int = DEFAULT_FILE_BYTES,
+                 reads: int = DEFAULT_WATCH_READS, seed: int = 0):
+        if file_bytes < BLOCK or file_bytes % BLOCK or reads < 1:
+            raise ValueError("DeviceWatch: file_bytes a positive multiple of 4096, reads >= 1")
+        self.directory = os.path.abspath(directory or tempfile.gettempdir())
+        self.file_bytes = file_bytes
+        self.reads = reads
+        #: repeat -> nanoseconds of each timed read, in order
+        self.samples: dict = {}
+        #: why nothing (more) is measured ('' while measuring)
+        self.skipped = ""
+        self._pick = random.Random(seed).randrange
+        self._path = None
+        self._fd = -1
+        self._buf = None
+
+    def __enter__(self) -> "DeviceWatch":
+        self.open()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def open(self) -> None:
+        free = shutil.disk_usage(self.directory).free
+        if free < self.file_bytes + _DISK_MARGIN:
+            self.skipped = (f"{free / 2**30:.1f} GiB free in {self.directory}, the watch's "
+                            f"file needs {(self.file_bytes + _DISK_MARGIN) / 2**30:.1f} GiB")
+            return
+        fd, self._path = tempfile.mkstemp(prefix="prefixbench-watch-", dir=self.directory)
+        try:
+            _fill(fd, self.file_bytes)
+        except OSError as e:
+            self.skipped = f"the watch's file in {self.directory} failed ({e.strerror or e})"
+            return
+        finally:
+            os.close(fd)
+        try:
+            self._fd = os.open(self._path, os.O_RDONLY | os.O_DIRECT)
+        except OSError as e:
+            if e.errno not in (errno.EINVAL, errno.EOPNOTSUPP):
+                raise
+            self.skipped = f"the file system of {self.directory} refuses O_DIRECT"
+            return
+        self._buf = mmap.mmap(-1, BLOCK)          # page-aligned, as O_DIRECT wants
+
+    def sample(self, repeat: int) -> None:
+        """Time :attr:`reads` reads at random aligned offsets for ``repeat``."""
+        if self._fd < 0 or self.skipped:
+            return
+        out = self.samples.setdefault(int(repeat), [])
+        blocks = self.file_bytes // BLOCK
+        clock = time.perf_counter_ns
+        try:
+            for _ in range(self.reads):
+                off = self._pick(blocks) * BLOCK
+                t0 = clock()
+                os.preadv(self._fd, [self._buf], off)
+                out.append(clock() - t0)
+        except OSError as e:
+            self.skipped = f"a read of the watch's file failed ({e.strerror or e})"
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        if self._buf is not None:
+            self._buf.close()
+            self._buf = None
+        if self._path is not None:
+            os.unlink(self._path)
+            self._path = None
+
+    def metadata(self) -> dict:
+        """Plain values for the suites: per repeat ``[median, p90, reads]`` (microseconds)."""
+        reps = []
+        for r in sorted(self.samples):
+            ns = sorted(self.samples[r])
+            if ns:
+                reps.append([r, round(statistics.median(ns) / 1e3, 2),
+                             round(ns[min(len(ns) - 1, int(0.9 * len(ns)))] / 1e3, 2), len(ns)])
+        md = {"directory": self.directory, "block_bytes": BLOCK, "file_bytes": self.file_bytes,
+              "reads_per_round": self.reads, "repeats": reps}
+        if self.skipped:
+            md["skipped"] = self.skipped
+        return md
+
+    def metadata_text(self) -> str:
+        """:meth:`metadata` as the compact JSON the suites store under ``device_watch``."""
+        return json.dumps(self.metadata(), separators=(",", ":"))

@@ -352,7 +352,8 @@ def _replay_steps(strategy: IndexStrategy, workload: Workload, *, oracle=None,
 
 
 def replay_interleaved(runs: list[dict], step: int, *, quiet: bool = True,
-                       desc: str = "interleaved", freeze_gc: bool = True) -> list[ReplayResult]:
+                       desc: str = "interleaved", freeze_gc: bool = True,
+                       before_round=None) -> list[ReplayResult]:
     """Replays that take turns, ``step`` requests each, until all are done.
 
     Each of ``runs`` holds :func:`replay`'s keywords for one replay (``strategy``,
@@ -363,7 +364,9 @@ def replay_interleaved(runs: list[dict], step: int, *, quiet: bool = True,
     replay after the other would compare different minutes.  Each replay's
     latencies, wall and CPU time count only its own turns (the CPU time is the
     process's, so another store's background threads running during a turn count
-    too).  The collector is kept out of every turn, as :func:`replay` does."""
+    too).  The collector is kept out of every turn, as :func:`replay` does.
+    ``before_round`` (no arguments) runs before each round of turns, outside them
+    (a sweep's device watch)."""
     if step < 1:
         raise ValueError("replay_interleaved: step must be >= 1")
     was_on = phases.enabled()
@@ -376,6 +379,8 @@ def replay_interleaved(runs: list[dict], step: int, *, quiet: bool = True,
     try:
         live = list(range(len(gens)))
         while live:
+            if before_round is not None:
+                before_round()
             for k in list(live):
                 try:
                     ran = next(gens[k])

@@ -142,6 +142,13 @@ threads, 10,000 timed requests in turns of 200, median of 3, one run with and
 one without) moved no ratio by more than 0.02: sarp ÷ capped 1.49x against
 1.51x, sarp's 2-thread speedup 1.28x against 1.26x, ssd-blockhash's 1.54x
 against 1.55x; so turns do not hold them.
+With direct I/O an interleaved sweep also watches the device between rounds
+of turns (a few 4 KiB reads at queue depth 1 on a scratch file of its own,
+:class:`prefixbench.harness.deviceprobe.DeviceWatch`, metadata
+``device_watch``), and with repeats the report shows each repeat apart with
+the device's read latency in it: turns put the drift on every setting alike,
+but a setting that mostly waits on the device still slows more than one that
+computes.
 
 **Cap rule** (strategies sweep with ``segment-radix-capped``).
 ``cap_rule="paper"`` (the default) asks
@@ -299,6 +306,13 @@ class SweepConfig:
                 and self.direct_io)
 
     @property
+    def watches_device(self) -> bool:
+        """Whether this sweep times a few device reads between its turns, per repeat
+        (:class:`prefixbench.harness.deviceprobe.DeviceWatch`)."""
+        return (self.device_probe and self.kind == "strategies" and self.direct_io
+                and bool(self.interleave))
+
+    @property
     def threaded(self) -> bool:
         """Several thread counts: every count runs on the request-thread path."""
         return len(self.threads) > 1 or self.threads[0] > 1
@@ -313,6 +327,7 @@ class SweepConfig:
                 self.scale == "paper" else None, "repeat": self.repeat,
                 "threads": list(self.threads), "cap_rule": self.cap_rule,
                 "interleave": self.interleave, "device_probe": self.probes_device,
+                "device_watch": self.watches_device,
                 "loads": self.loads}
 
 
@@ -806,6 +821,8 @@ class SweepResult:
     span_share: float | None = None
     #: what the device alone gives the sweep's thread counts (None: not probed)
     device: object = None
+    #: the device's read latency between the turns of each repeat (None: not watched)
+    device_watch: object = None
 
     def __post_init__(self):
         if not self.all_rows:
@@ -1228,11 +1245,12 @@ def run_setting(cfg: SweepConfig, setting: Setting, workload, cache_bytes: int, 
 def run_interleaved(cfg: SweepConfig, settings: list, workload, cache_bytes: int, *,
                     quiet: bool = True, counting: Counting | None = None,
                     load_requests: int = 0, repeat: int = 0, first: int = 1,
-                    total_runs: int = 0, loaded=None) -> list[Row]:
+                    total_runs: int = 0, loaded=None, watch=None) -> list[Row]:
     """Every setting at every thread count built and loaded first, all held at once;
     then their timed runs take turns, ``cfg.interleave`` requests each
     (:func:`replay_interleaved`; at several thread counts every count runs on the
-    request-thread path, each thread taking an equal share of a turn)."""
+    request-thread path, each thread taking an equal share of a turn).  ``watch`` (a
+    ``DeviceWatch``) times its reads before each round of turns, for ``repeat``."""
     pairs = [(s, t) for t in cfg.threads for s in settings]
     threaded = cfg.threaded
     opened: list = []
@@ -1248,7 +1266,8 @@ def run_interleaved(cfg: SweepConfig, settings: list, workload, cache_bytes: int
                      **_breakdown_kw(cfg)) for o, (_s, t) in zip(opened, pairs)]
         results = replay_interleaved(
             runs, cfg.interleave, quiet=quiet,
-            desc=f"[{first}-{first + len(pairs) - 1}/{total_runs}] interleaved")
+            desc=f"[{first}-{first + len(pairs) - 1}/{total_runs}] interleaved",
+            before_round=None if watch is None else (lambda: watch.sample(repeat)))
     except BaseException:
         for o in opened:
             o.close()
@@ -1394,6 +1413,7 @@ def run_sweep(cfg: SweepConfig, *, quiet: bool = True) -> SweepResult:
         choice = _choose_cap(cfg, wl_options, cache, quiet)
     settings = plan(cfg, cap_fraction=choice.fraction if choice is not None else None)
     device = _probe_device(cfg, quiet) if cfg.probes_device else None
+    watch = None
     runs = []
     total_runs = cfg.repeat * len(cfg.threads) * len(settings)
     k = 0
@@ -1404,11 +1424,16 @@ def run_sweep(cfg: SweepConfig, *, quiet: bool = True) -> SweepResult:
         loaded = LoadedStates(cfg.engine, cache_bytes=cache, direct_io=cfg.direct_io,
                               durability=cfg.durability)
     try:
+        if cfg.watches_device:
+            from prefixbench.harness.deviceprobe import DeviceWatch
+            watch = DeviceWatch()
+            watch.open()
         for rep in range(cfg.repeat):
             if cfg.interleave:
                 runs.extend(run_interleaved(cfg, settings, workload, cache, quiet=quiet,
                                             counting=counting, load_requests=load, repeat=rep,
-                                            first=k + 1, total_runs=total_runs, loaded=loaded))
+                                            first=k + 1, total_runs=total_runs, loaded=loaded,
+                                            watch=watch))
                 k += len(settings) * len(cfg.threads)
                 continue
             for t in cfg.threads:
@@ -1419,6 +1444,8 @@ def run_sweep(cfg: SweepConfig, *, quiet: bool = True) -> SweepResult:
                         desc=f"[{k}/{total_runs}] {s.label}", threads=t, counting=counting,
                         load_requests=load, repeat=rep, loaded=loaded))
     finally:
+        if watch is not None:
+            watch.close()
         if loaded is not None:
             loaded.close()
     first = [r for r in runs if r.repeat == 0 and r.threads == cfg.threads[0]]
@@ -1428,7 +1455,7 @@ def run_sweep(cfg: SweepConfig, *, quiet: bool = True) -> SweepResult:
         from prefixbench.workloads.describe import describe
         spans = float(describe(workload)["span_share_gt3"])
     return SweepResult(cfg, first, sizing, cache, all_rows=runs, paper=paper,
-                       cap_choice=choice, span_share=spans, device=device)
+                       cap_choice=choice, span_share=spans, device=device, device_watch=watch)
 
 
 def _probe_device(cfg: SweepConfig, quiet: bool):
@@ -1492,6 +1519,8 @@ def _sweep_metadata(res: SweepResult) -> dict:
         md["span_share_gt3"] = round(res.span_share, 6)
     if res.device is not None:
         md["device_probe"] = res.device.metadata_text()
+    if res.device_watch is not None:
+        md["device_watch"] = res.device_watch.metadata_text()
     if res.config.kind == "strategies":
         md.update({"paper_request_threads": PAPER_REQUEST_THREADS,
                    "paper_rocksdb_threads": PAPER_ROCKSDB_THREADS,

@@ -348,7 +348,8 @@ def _value(v) -> str:
 def strategies_notes(res) -> list:
     """What the strategies sweep prints below its table: each strategy at its fastest
     variant (where one ran in several), each strategy's options, the threads table
-    (more than one thread count), sarp's Table 4 beside the paper's."""
+    (more than one thread count), each repeat apart (more than one), sarp's Table 4
+    beside the paper's."""
     ss = settings(res)
     out = []
     best = best_variants_table(res)
@@ -359,6 +360,9 @@ def strategies_notes(res) -> list:
     counts = config(res).get("threads") or [1]
     if len(counts) > 1:
         out.append(threads_table(res, counts))
+    repeats = repeats_table(res)
+    if repeats:
+        out.append(repeats)
     windows = windows_table(res)
     if windows:
         out.append(windows)
@@ -405,6 +409,56 @@ def best_variants_table(res) -> str | None:
     return (f"\neach strategy at its fastest variant (highest median req/s among its rows "
             f"in this run; ratios against {first}'s fastest, within each repeat)\n"
             + format_table(header, rows))
+
+
+def _watch_cells(text, n: int) -> list | None:
+    """The device watch's median and p90 read latency for repeats ``0..n-1`` as cells
+    ('-' where a repeat has none), a reason where it measured nothing, None without it."""
+    if not isinstance(text, str):
+        return None
+    try:
+        d = json.loads(text)
+        by = {int(r[0]): (float(r[1]), float(r[2])) for r in d.get("repeats", [])}
+    except (ValueError, TypeError, IndexError, KeyError):
+        return ["unreadable"] * n
+    if not by:
+        return [f"not measured ({d.get('skipped', 'no reads')})"] + ["-"] * (n - 1)
+    return [f"{by[i][0]:.1f} us (p90 {by[i][1]:.1f})" if i in by else "-" for i in range(n)]
+
+
+def repeats_table(res) -> str | None:
+    """Each repeat apart at the first thread count: every setting's request throughput
+    and the first setting's over it within that repeat, and, where the sweep watched
+    the device, its read latency between that repeat's turns - whether a slow repeat
+    was a setting or the device under it.  None with one repeat."""
+    ss = settings(res)
+    t = res.threads()[0]
+    tps = [res.get("request-throughput", s, t) for s in ss]
+    n = max((len(x.values) for x in tps if x is not None), default=0)
+    if n < 2:
+        return None
+    ref = tps[0]
+    rows = []
+    for k, (s, x) in enumerate(zip(ss, tps)):
+        row = [s]
+        for i in range(n):
+            if x is None or i >= len(x.values):
+                row.append("-")
+                continue
+            v = x.values[i]
+            if k and ref is not None and i < len(ref.values):
+                row.append(f"{_int(v)} ({_ratio(_div(ref.values[i], v))})")
+            else:
+                row.append(_int(v))
+        rows.append(tuple(row))
+    watch = _watch_cells(res.first().get("device_watch"), n)
+    if watch is not None:
+        rows.append(("device: 4 KiB direct read", *watch))
+    return ("\neach repeat (request throughput; in brackets " + ss[0] + "'s over it in that "
+            "repeat" + ("; device: the median and p90 latency of 4 KiB random O_DIRECT "
+                        "reads at queue depth 1, timed between that repeat's turns"
+                        if watch is not None else "") + ")\n"
+            + format_table(("setting",) + tuple(f"repeat {i + 1}" for i in range(n)), rows))
 
 
 def windows_table(res) -> str | None:

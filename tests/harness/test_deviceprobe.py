@@ -44,7 +44,9 @@ def test_too_little_disk_skips_without_writing(tmp_path, monkeypatch):
     assert os.listdir(tmp_path) == []
 
 
-def test_a_file_system_refusing_o_direct_is_skipped(tmp_path, monkeypatch):
+@pytest.fixture
+def no_o_direct(monkeypatch):
+    """A file system that refuses O_DIRECT opens (EINVAL), as tmpfs did."""
     real = os.open
 
     def no_direct(path, flags, *a):
@@ -52,6 +54,9 @@ def test_a_file_system_refusing_o_direct_is_skipped(tmp_path, monkeypatch):
             raise OSError(22, "Invalid argument")
         return real(path, flags, *a)
     monkeypatch.setattr(deviceprobe.os, "open", no_direct)
+
+
+def test_a_file_system_refusing_o_direct_is_skipped(tmp_path, no_o_direct):
     r = deviceprobe.probe_device(str(tmp_path), (1, 2), **SMALL)
     assert "refuses O_DIRECT" in r.skipped and r.rounds == []
     assert os.listdir(tmp_path) == []
@@ -88,7 +93,7 @@ def test_the_line_from_the_metadata():
 
 def _cfg(**kw):
     return sweeps.make_config("strategies", workload="codeact", workload_options={
-        "sessions": "8"}, engine="memory", strategies="ssd-blockhash", **kw)
+        "sessions": "8"}, engine="memory", **{"strategies": "ssd-blockhash", **kw})
 
 
 def test_a_sweep_probes_only_with_several_thread_counts_and_direct_io():
@@ -154,3 +159,144 @@ def test_scale_without_direct_io_or_with_no_device_probe_does_not_probe(run_cli,
                              "-W", "sessions=8", "-e", "rocksdb", *args, "--threads", "1,2")
     assert code == 0, err
     assert seen == [] and "device alone" not in out
+
+
+# ---- the watch: the device's read latency between the turns of each repeat
+WATCH = dict(file_bytes=1 << 20, reads=4)
+
+
+def test_the_watch_keeps_each_repeats_reads_apart_and_leaves_nothing(tmp_path):
+    with deviceprobe.DeviceWatch(str(tmp_path), **WATCH) as w:
+        if w.skipped:                        # a file system without O_DIRECT
+            assert "O_DIRECT" in w.skipped
+            w.sample(0)
+            assert w.samples == {}
+            return
+        assert len(os.listdir(tmp_path)) == 1
+        w.sample(0)
+        w.sample(0)
+        w.sample(1)
+    assert os.listdir(tmp_path) == []
+    assert [len(w.samples[r]) for r in (0, 1)] == [8, 4]
+    assert all(ns > 0 for r in (0, 1) for ns in w.samples[r])
+    md = w.metadata()
+    assert md["reads_per_round"] == 4 and md["block_bytes"] == 4096 and "skipped" not in md
+    assert [r[0] for r in md["repeats"]] == [0, 1] and [r[3] for r in md["repeats"]] == [8, 4]
+    assert all(0 < r[1] <= r[2] for r in md["repeats"])      # median <= p90
+
+
+def test_the_watch_summary_is_the_median_and_p90_in_microseconds():
+    w = deviceprobe.DeviceWatch("/d", **WATCH)
+    w.samples = {0: [i * 1000 for i in range(1, 11)], 2: [40_000]}
+    assert w.metadata()["repeats"] == [[0, 5.5, 10.0, 10], [2, 40.0, 40.0, 1]]
+
+
+def test_the_watch_skips_a_file_system_refusing_o_direct(tmp_path, no_o_direct):
+    with deviceprobe.DeviceWatch(str(tmp_path), **WATCH) as w:
+        w.sample(0)
+    assert "refuses O_DIRECT" in w.skipped and w.samples == {}
+    assert os.listdir(tmp_path) == []
+
+
+def test_the_watch_skips_without_room_and_writes_nothing(tmp_path, monkeypatch):
+    class Usage:
+        free = 1 << 20
+    monkeypatch.setattr(deviceprobe.shutil, "disk_usage", lambda d: Usage)
+    with deviceprobe.DeviceWatch(str(tmp_path), **WATCH) as w:
+        w.sample(0)
+    assert "GiB" in w.skipped and w.samples == {} and os.listdir(tmp_path) == []
+    assert w.metadata()["skipped"] == w.skipped
+
+
+def test_a_failing_read_keeps_what_was_timed_and_stops_the_watch(tmp_path, monkeypatch):
+    with deviceprobe.DeviceWatch(str(tmp_path), **WATCH) as w:
+        if w.skipped:
+            return
+        w.sample(0)
+
+        def eio(*a):
+            raise OSError(5, "Input/output error")
+        monkeypatch.setattr(deviceprobe.os, "preadv", eio)
+        w.sample(1)
+        w.sample(2)
+    assert "Input/output error" in w.skipped
+    assert len(w.samples[0]) == 4 and w.samples.get(1) == [] and 2 not in w.samples
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("kw", [dict(file_bytes=1000), dict(reads=0)])
+def test_the_watch_refuses_bad_arguments(kw):
+    with pytest.raises(ValueError):
+        deviceprobe.DeviceWatch("/d", **{**WATCH, **kw})
+
+
+def test_a_sweep_watches_only_interleaved_strategies_with_direct_io():
+    assert _cfg(direct_io=True, interleave="5").watches_device
+    assert not _cfg(interleave="5").watches_device
+    assert not _cfg(direct_io=True).watches_device
+    assert not _cfg(direct_io=True, interleave="5", device_probe=False).watches_device
+
+
+class _FakeWatch(deviceprobe.DeviceWatch):
+    """Times nothing: each round records one 'read' of 1000 ns times the repeat + 1."""
+    made: list = []
+
+    def __init__(self):
+        super().__init__("/nowhere", **WATCH)
+        _FakeWatch.made.append(self)
+        self.closed = False
+
+    def open(self):
+        pass
+
+    def sample(self, repeat):
+        self.samples.setdefault(repeat, []).append(1000 * (repeat + 1))
+
+    def close(self):
+        self.closed = True
+
+
+def test_the_sweep_watches_every_round_of_each_repeat_and_prints_it(monkeypatch):
+    _FakeWatch.made = []
+    monkeypatch.setattr(deviceprobe, "DeviceWatch", _FakeWatch)
+    cfg = _cfg(direct_io=True, interleave="5", repeat="2",
+               strategies="ssd-blockhash,segment-hash")
+    res = sweeps.run_sweep(cfg)
+    (w,) = _FakeWatch.made
+    assert w.closed
+    requests = res.rows[0].result.requests
+    rounds = -(-requests // 5)              # one round per turn of 5 requests
+    assert [len(w.samples[r]) for r in (0, 1)] == [rounds, rounds]
+    times, _counts = res.suites()
+    md = json.loads(times[0].get_metadata()["device_watch"])
+    assert [r[:2] for r in md["repeats"]] == [[0, 1.0], [1, 2.0]]
+    assert json.loads(times[0].get_metadata()["config"])["device_watch"] is True
+    text = res.table()
+    block = text[text.index("\neach repeat"):]
+    assert "repeat 1" in block and "repeat 2" in block
+    assert "1.0 us (p90 1.0)" in block and "2.0 us (p90 2.0)" in block
+    # each row's throughput in each repeat, the others with the first's over theirs
+    tps = [r.result.throughput for r in res.all_rows if r.setting.label == "segment-hash"]
+    ref = [r.result.throughput for r in res.all_rows if r.setting.label == "ssd-blockhash"]
+    assert f"{tps[1]:,.0f} ({ref[1] / tps[1]:.2f}x)" in block
+
+
+def test_without_direct_io_the_sweep_prints_each_repeat_but_no_device(monkeypatch):
+    _FakeWatch.made = []
+    monkeypatch.setattr(deviceprobe, "DeviceWatch", _FakeWatch)
+    res = sweeps.run_sweep(_cfg(interleave="5", repeat="2"))
+    assert _FakeWatch.made == []
+    text = res.table()
+    assert "\neach repeat" in text and "direct read" not in text
+    # one repeat: no such table
+    assert "\neach repeat" not in sweeps.run_sweep(_cfg(interleave="5")).table()
+
+
+def test_the_watch_cells_say_why_nothing_was_measured():
+    from prefixbench.reports.sweeps import _watch_cells
+    assert _watch_cells(None, 2) is None
+    assert _watch_cells(json.dumps({"repeats": [], "skipped": "no room"}), 2) == \
+        ["not measured (no room)", "-"]
+    assert _watch_cells("{not json", 2) == ["unreadable", "unreadable"]
+    assert _watch_cells(json.dumps({"repeats": [[1, 50.0, 70.5, 9]]}), 2) == \
+        ["-", "50.0 us (p90 70.5)"]
