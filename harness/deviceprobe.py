@@ -27,7 +27,7 @@ a setting that mostly waits on device reads may be the device, not the setting.
 Between rounds of turns it times a few 4 KiB random reads at queue depth 1 on
 its own scratch file (no page cache, so the stores' block caches are
 untouched, and none of it falls inside a timed turn) and keeps each repeat's
-latencies apart.
+latencies apart, beside a baseline timed before the sweep loads any store.
 """
 from __future__ import annotations
 
@@ -49,6 +49,10 @@ DEFAULT_SECONDS = 1.0
 DEFAULT_ROUNDS = 3
 #: reads a watch times before each round of turns
 DEFAULT_WATCH_READS = 32
+#: the watch's key for reads timed before any store of the sweep was loaded
+BEFORE_LOADS = -1
+#: reads timed under :data:`BEFORE_LOADS`
+BEFORE_LOADS_READS = 256
 _WRITE_CHUNK = 1 << 20
 #: free disk kept beyond the scratch file
 _DISK_MARGIN = 256 << 20
@@ -246,15 +250,16 @@ class DeviceWatch:
             return
         self._buf = mmap.mmap(-1, BLOCK)          # page-aligned, as O_DIRECT wants
 
-    def sample(self, repeat: int) -> None:
-        """Time :attr:`reads` reads at random aligned offsets for ``repeat``."""
+    def sample(self, repeat: int, reads: int | None = None) -> None:
+        """Time ``reads`` (default :attr:`reads`) reads at random aligned offsets for
+        ``repeat`` (:data:`BEFORE_LOADS`: the baseline)."""
         if self._fd < 0 or self.skipped:
             return
         out = self.samples.setdefault(int(repeat), [])
         blocks = self.file_bytes // BLOCK
         clock = time.perf_counter_ns
         try:
-            for _ in range(self.reads):
+            for _ in range(self.reads if reads is None else reads):
                 off = self._pick(blocks) * BLOCK
                 t0 = clock()
                 os.preadv(self._fd, [self._buf], off)
@@ -274,7 +279,8 @@ class DeviceWatch:
             self._path = None
 
     def metadata(self) -> dict:
-        """Plain values for the suites: per repeat ``[median, p90, reads]`` (microseconds)."""
+        """Plain values for the suites: per repeat ``[repeat, median, p90, reads]``
+        (microseconds; repeat :data:`BEFORE_LOADS` is the baseline)."""
         reps = []
         for r in sorted(self.samples):
             ns = sorted(self.samples[r])

@@ -1425,9 +1425,10 @@ def run_sweep(cfg: SweepConfig, *, quiet: bool = True) -> SweepResult:
                               durability=cfg.durability)
     try:
         if cfg.watches_device:
-            from prefixbench.harness.deviceprobe import DeviceWatch
-            watch = DeviceWatch()
+            from prefixbench.harness import deviceprobe
+            watch = deviceprobe.DeviceWatch()
             watch.open()
+            watch.sample(deviceprobe.BEFORE_LOADS, deviceprobe.BEFORE_LOADS_READS)
         for rep in range(cfg.repeat):
             if cfg.interleave:
                 runs.extend(run_interleaved(cfg, settings, workload, cache, quiet=quiet,

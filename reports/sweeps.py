@@ -411,19 +411,24 @@ def best_variants_table(res) -> str | None:
             + format_table(header, rows))
 
 
-def _watch_cells(text, n: int) -> list | None:
+def _watch_cells(text, n: int) -> tuple:
     """The device watch's median and p90 read latency for repeats ``0..n-1`` as cells
-    ('-' where a repeat has none), a reason where it measured nothing, None without it."""
+    ('-' where a repeat has none; a reason where it measured nothing), and the line of
+    its baseline timed before any load ('' without one); ``(None, '')`` without a watch."""
     if not isinstance(text, str):
-        return None
+        return None, ""
     try:
         d = json.loads(text)
-        by = {int(r[0]): (float(r[1]), float(r[2])) for r in d.get("repeats", [])}
+        by = {int(r[0]): (float(r[1]), float(r[2]), int(r[3])) for r in d.get("repeats", [])}
     except (ValueError, TypeError, IndexError, KeyError):
-        return ["unreadable"] * n
+        return ["unreadable"] * n, ""
+    base = by.pop(-1, None)
+    line = (f"device before the sweep loaded any store: {base[0]:.1f} us (p90 {base[1]:.1f}) "
+            f"over {base[2]:,} reads" if base else "")
     if not by:
-        return [f"not measured ({d.get('skipped', 'no reads')})"] + ["-"] * (n - 1)
-    return [f"{by[i][0]:.1f} us (p90 {by[i][1]:.1f})" if i in by else "-" for i in range(n)]
+        return [f"not measured ({d.get('skipped', 'no reads')})"] + ["-"] * (n - 1), line
+    return [f"{by[i][0]:.1f} us (p90 {by[i][1]:.1f})" if i in by else "-"
+            for i in range(n)], line
 
 
 def repeats_table(res) -> str | None:
@@ -451,14 +456,15 @@ def repeats_table(res) -> str | None:
             else:
                 row.append(_int(v))
         rows.append(tuple(row))
-    watch = _watch_cells(res.first().get("device_watch"), n)
+    watch, before = _watch_cells(res.first().get("device_watch"), n)
     if watch is not None:
         rows.append(("device: 4 KiB direct read", *watch))
     return ("\neach repeat (request throughput; in brackets " + ss[0] + "'s over it in that "
             "repeat" + ("; device: the median and p90 latency of 4 KiB random O_DIRECT "
                         "reads at queue depth 1, timed between that repeat's turns"
                         if watch is not None else "") + ")\n"
-            + format_table(("setting",) + tuple(f"repeat {i + 1}" for i in range(n)), rows))
+            + format_table(("setting",) + tuple(f"repeat {i + 1}" for i in range(n)), rows)
+            + (f"\n{before}" if before else ""))
 
 
 def windows_table(res) -> str | None:

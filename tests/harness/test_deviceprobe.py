@@ -176,12 +176,14 @@ def test_the_watch_keeps_each_repeats_reads_apart_and_leaves_nothing(tmp_path):
         w.sample(0)
         w.sample(0)
         w.sample(1)
+        w.sample(deviceprobe.BEFORE_LOADS, 3)
     assert os.listdir(tmp_path) == []
-    assert [len(w.samples[r]) for r in (0, 1)] == [8, 4]
+    assert [len(w.samples[r]) for r in (0, 1, -1)] == [8, 4, 3]
     assert all(ns > 0 for r in (0, 1) for ns in w.samples[r])
     md = w.metadata()
     assert md["reads_per_round"] == 4 and md["block_bytes"] == 4096 and "skipped" not in md
-    assert [r[0] for r in md["repeats"]] == [0, 1] and [r[3] for r in md["repeats"]] == [8, 4]
+    assert [r[0] for r in md["repeats"]] == [-1, 0, 1]
+    assert [r[3] for r in md["repeats"]] == [3, 8, 4]
     assert all(0 < r[1] <= r[2] for r in md["repeats"])      # median <= p90
 
 
@@ -238,7 +240,8 @@ def test_a_sweep_watches_only_interleaved_strategies_with_direct_io():
 
 
 class _FakeWatch(deviceprobe.DeviceWatch):
-    """Times nothing: each round records one 'read' of 1000 ns times the repeat + 1."""
+    """Times nothing: each round records one 'read' of 1000 ns times the repeat + 1,
+    the baseline ``reads`` reads of 500 ns."""
     made: list = []
 
     def __init__(self):
@@ -249,7 +252,10 @@ class _FakeWatch(deviceprobe.DeviceWatch):
     def open(self):
         pass
 
-    def sample(self, repeat):
+    def sample(self, repeat, reads=None):
+        if repeat == deviceprobe.BEFORE_LOADS:
+            self.samples.setdefault(repeat, []).extend([500] * reads)
+            return
         self.samples.setdefault(repeat, []).append(1000 * (repeat + 1))
 
     def close(self):
@@ -269,12 +275,14 @@ def test_the_sweep_watches_every_round_of_each_repeat_and_prints_it(monkeypatch)
     assert [len(w.samples[r]) for r in (0, 1)] == [rounds, rounds]
     times, _counts = res.suites()
     md = json.loads(times[0].get_metadata()["device_watch"])
-    assert [r[:2] for r in md["repeats"]] == [[0, 1.0], [1, 2.0]]
+    assert [r[:2] for r in md["repeats"]] == [[-1, 0.5], [0, 1.0], [1, 2.0]]
+    assert md["repeats"][0][3] == deviceprobe.BEFORE_LOADS_READS
     assert json.loads(times[0].get_metadata()["config"])["device_watch"] is True
     text = res.table()
     block = text[text.index("\neach repeat"):]
     assert "repeat 1" in block and "repeat 2" in block
     assert "1.0 us (p90 1.0)" in block and "2.0 us (p90 2.0)" in block
+    assert "device before the sweep loaded any store: 0.5 us (p90 0.5) over 256 reads" in block
     # each row's throughput in each repeat, the others with the first's over theirs
     tps = [r.result.throughput for r in res.all_rows if r.setting.label == "segment-hash"]
     ref = [r.result.throughput for r in res.all_rows if r.setting.label == "ssd-blockhash"]
@@ -294,9 +302,13 @@ def test_without_direct_io_the_sweep_prints_each_repeat_but_no_device(monkeypatc
 
 def test_the_watch_cells_say_why_nothing_was_measured():
     from prefixbench.reports.sweeps import _watch_cells
-    assert _watch_cells(None, 2) is None
+    assert _watch_cells(None, 2) == (None, "")
     assert _watch_cells(json.dumps({"repeats": [], "skipped": "no room"}), 2) == \
-        ["not measured (no room)", "-"]
-    assert _watch_cells("{not json", 2) == ["unreadable", "unreadable"]
+        (["not measured (no room)", "-"], "")
+    assert _watch_cells("{not json", 2) == (["unreadable", "unreadable"], "")
     assert _watch_cells(json.dumps({"repeats": [[1, 50.0, 70.5, 9]]}), 2) == \
-        ["-", "50.0 us (p90 70.5)"]
+        (["-", "50.0 us (p90 70.5)"], "")
+    cells, line = _watch_cells(json.dumps({"repeats": [[-1, 48.0, 52.5, 256],
+                                                        [0, 150.0, 190.0, 320]]}), 2)
+    assert cells == ["150.0 us (p90 190.0)", "-"]
+    assert line == "device before the sweep loaded any store: 48.0 us (p90 52.5) over 256 reads"
