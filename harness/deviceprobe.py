@@ -28,6 +28,11 @@ Between rounds of turns it times a few 4 KiB random reads at queue depth 1 on
 its own scratch file (no page cache, so the stores' block caches are
 untouched, and none of it falls inside a timed turn) and keeps each repeat's
 latencies apart, beside a baseline timed before the sweep loads any store.
+A read's latency is seen from the sweep's process, so it includes the time the
+reading thread waited for a core once the read was done (the stores'
+background threads share the two cores); the watch also takes that wait from
+the kernel's per-thread scheduler counters (``/proc/thread-self/schedstat``)
+and reports it apart.
 """
 from __future__ import annotations
 
@@ -142,6 +147,16 @@ def probe_device(directory: str | None = None, threads=(1, 2), *,
     return out
 
 
+def _core_wait_ns() -> int | None:
+    """Nanoseconds this thread has waited on a run queue (the second field of
+    ``/proc/thread-self/schedstat``), None where the kernel does not say."""
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            return int(f.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def _fill(fd: int, file_bytes: int) -> None:
     """Write ``file_bytes`` of incompressible bytes and make them durable."""
     chunk = os.urandom(_WRITE_CHUNK)
@@ -213,6 +228,9 @@ class DeviceWatch:
         self.reads = reads
         #: repeat -> nanoseconds of each timed read, in order
         self.samples: dict = {}
+        #: repeat -> nanoseconds the reading thread waited for a core during those reads
+        #: (absent where the kernel's scheduler counters cannot be read)
+        self.core_wait: dict = {}
         #: why nothing (more) is measured ('' while measuring)
         self.skipped = ""
         self._pick = random.Random(seed).randrange
@@ -258,6 +276,7 @@ class DeviceWatch:
         out = self.samples.setdefault(int(repeat), [])
         blocks = self.file_bytes // BLOCK
         clock = time.perf_counter_ns
+        w0 = _core_wait_ns()
         try:
             for _ in range(self.reads if reads is None else reads):
                 off = self._pick(blocks) * BLOCK
@@ -266,6 +285,9 @@ class DeviceWatch:
                 out.append(clock() - t0)
         except OSError as e:
             self.skipped = f"a read of the watch's file failed ({e.strerror or e})"
+        w1 = _core_wait_ns()
+        if w0 is not None and w1 is not None:
+            self.core_wait[int(repeat)] = self.core_wait.get(int(repeat), 0) + w1 - w0
 
     def close(self) -> None:
         if self._fd >= 0:
@@ -279,14 +301,17 @@ class DeviceWatch:
             self._path = None
 
     def metadata(self) -> dict:
-        """Plain values for the suites: per repeat ``[repeat, median, p90, reads]``
-        (microseconds; repeat :data:`BEFORE_LOADS` is the baseline)."""
+        """Plain values for the suites: per repeat ``[repeat, median, p90, reads, core
+        wait per read]`` (microseconds, the wait None where unknown; repeat
+        :data:`BEFORE_LOADS` is the baseline)."""
         reps = []
         for r in sorted(self.samples):
             ns = sorted(self.samples[r])
             if ns:
+                wait = self.core_wait.get(r)
                 reps.append([r, round(statistics.median(ns) / 1e3, 2),
-                             round(ns[min(len(ns) - 1, int(0.9 * len(ns)))] / 1e3, 2), len(ns)])
+                             round(ns[min(len(ns) - 1, int(0.9 * len(ns)))] / 1e3, 2), len(ns),
+                             None if wait is None else round(wait / len(ns) / 1e3, 2)])
         md = {"directory": self.directory, "block_bytes": BLOCK, "file_bytes": self.file_bytes,
               "reads_per_round": self.reads, "repeats": reps}
         if self.skipped:

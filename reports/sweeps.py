@@ -419,16 +419,22 @@ def _watch_cells(text, n: int) -> tuple:
         return None, ""
     try:
         d = json.loads(text)
-        by = {int(r[0]): (float(r[1]), float(r[2]), int(r[3])) for r in d.get("repeats", [])}
+        by = {int(r[0]): _watch_text(r) for r in d.get("repeats", [])}
     except (ValueError, TypeError, IndexError, KeyError):
         return ["unreadable"] * n, ""
     base = by.pop(-1, None)
-    line = (f"device before the sweep loaded any store: {base[0]:.1f} us (p90 {base[1]:.1f}) "
-            f"over {base[2]:,} reads" if base else "")
+    line = f"device before the sweep loaded any store: {base}" if base else ""
     if not by:
         return [f"not measured ({d.get('skipped', 'no reads')})"] + ["-"] * (n - 1), line
-    return [f"{by[i][0]:.1f} us (p90 {by[i][1]:.1f})" if i in by else "-"
-            for i in range(n)], line
+    return [by.get(i, "-") for i in range(n)], line
+
+
+def _watch_text(r) -> str:
+    """``[repeat, median, p90, reads(, core wait per read)]`` as a cell."""
+    wait = r[4] if len(r) > 4 else None
+    return (f"{float(r[1]):.1f} us (p90 {float(r[2]):.1f}"
+            + ("" if wait is None else f", {float(wait):.1f} of it waiting for a core")
+            + f"; {int(r[3]):,} reads)")
 
 
 def repeats_table(res) -> str | None:
@@ -461,7 +467,9 @@ def repeats_table(res) -> str | None:
         rows.append(("device: 4 KiB direct read", *watch))
     return ("\neach repeat (request throughput; in brackets " + ss[0] + "'s over it in that "
             "repeat" + ("; device: the median and p90 latency of 4 KiB random O_DIRECT "
-                        "reads at queue depth 1, timed between that repeat's turns"
+                        "reads at queue depth 1, timed from this process between that "
+                        "repeat's turns, and the mean time a read's thread waited for a "
+                        "core in it"
                         if watch is not None else "") + ")\n"
             + format_table(("setting",) + tuple(f"repeat {i + 1}" for i in range(n)), rows)
             + (f"\n{before}" if before else ""))

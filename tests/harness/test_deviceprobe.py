@@ -185,12 +185,33 @@ def test_the_watch_keeps_each_repeats_reads_apart_and_leaves_nothing(tmp_path):
     assert [r[0] for r in md["repeats"]] == [-1, 0, 1]
     assert [r[3] for r in md["repeats"]] == [3, 8, 4]
     assert all(0 < r[1] <= r[2] for r in md["repeats"])      # median <= p90
+    # the time the reading thread waited for a core, per read, where the kernel says
+    if deviceprobe._core_wait_ns() is not None:
+        assert all(r[4] is not None and r[4] >= 0 for r in md["repeats"])
 
 
 def test_the_watch_summary_is_the_median_and_p90_in_microseconds():
     w = deviceprobe.DeviceWatch("/d", **WATCH)
     w.samples = {0: [i * 1000 for i in range(1, 11)], 2: [40_000]}
-    assert w.metadata()["repeats"] == [[0, 5.5, 10.0, 10], [2, 40.0, 40.0, 1]]
+    w.core_wait = {0: 25_000}
+    assert w.metadata()["repeats"] == [[0, 5.5, 10.0, 10, 2.5], [2, 40.0, 40.0, 1, None]]
+
+
+def test_the_core_wait_is_the_schedulers_run_queue_time(monkeypatch):
+    import io
+    seen = []
+
+    def schedstat(path, *a, **k):
+        seen.append(path)
+        return io.StringIO("5 1234 7\n")
+    monkeypatch.setattr("builtins.open", schedstat)
+    assert deviceprobe._core_wait_ns() == 1234
+    assert seen == ["/proc/thread-self/schedstat"]
+
+    def missing(path, *a, **k):
+        raise FileNotFoundError(path)
+    monkeypatch.setattr("builtins.open", missing)
+    assert deviceprobe._core_wait_ns() is None
 
 
 def test_the_watch_skips_a_file_system_refusing_o_direct(tmp_path, no_o_direct):
@@ -281,8 +302,9 @@ def test_the_sweep_watches_every_round_of_each_repeat_and_prints_it(monkeypatch)
     text = res.table()
     block = text[text.index("\neach repeat"):]
     assert "repeat 1" in block and "repeat 2" in block
-    assert "1.0 us (p90 1.0)" in block and "2.0 us (p90 2.0)" in block
-    assert "device before the sweep loaded any store: 0.5 us (p90 0.5) over 256 reads" in block
+    assert f"1.0 us (p90 1.0; {rounds} reads)" in block
+    assert f"2.0 us (p90 2.0; {rounds} reads)" in block
+    assert "device before the sweep loaded any store: 0.5 us (p90 0.5; 256 reads)" in block
     # each row's throughput in each repeat, the others with the first's over theirs
     tps = [r.result.throughput for r in res.all_rows if r.setting.label == "segment-hash"]
     ref = [r.result.throughput for r in res.all_rows if r.setting.label == "ssd-blockhash"]
@@ -307,8 +329,9 @@ def test_the_watch_cells_say_why_nothing_was_measured():
         (["not measured (no room)", "-"], "")
     assert _watch_cells("{not json", 2) == (["unreadable", "unreadable"], "")
     assert _watch_cells(json.dumps({"repeats": [[1, 50.0, 70.5, 9]]}), 2) == \
-        (["-", "50.0 us (p90 70.5)"], "")
-    cells, line = _watch_cells(json.dumps({"repeats": [[-1, 48.0, 52.5, 256],
-                                                        [0, 150.0, 190.0, 320]]}), 2)
-    assert cells == ["150.0 us (p90 190.0)", "-"]
-    assert line == "device before the sweep loaded any store: 48.0 us (p90 52.5) over 256 reads"
+        (["-", "50.0 us (p90 70.5; 9 reads)"], "")
+    cells, line = _watch_cells(json.dumps({"repeats": [[-1, 48.0, 52.5, 256, 0.5],
+                                                        [0, 150.0, 190.0, 320, 41.25]]}), 2)
+    assert cells == ["150.0 us (p90 190.0, 41.2 of it waiting for a core; 320 reads)", "-"]
+    assert line == ("device before the sweep loaded any store: 48.0 us (p90 52.5, 0.5 of it "
+                    "waiting for a core; 256 reads)")
