@@ -146,9 +146,8 @@ With direct I/O an interleaved sweep also watches the device between rounds
 of turns (a few 4 KiB reads at queue depth 1 on a scratch file of its own,
 :class:`prefixbench.harness.deviceprobe.DeviceWatch`, metadata
 ``device_watch``), and with repeats the report shows each repeat apart with
-the device's read latency in it: turns put the drift on every setting alike,
-but a setting that mostly waits on the device still slows more than one that
-computes.
+the device's read latency in it, so a slow repeat can be told from a slow
+device under it.
 
 **Cap rule** (strategies sweep with ``segment-radix-capped``).
 ``cap_rule="paper"`` (the default) asks
