@@ -137,7 +137,8 @@ SWEEP_NOTE_KEYS = {
     "exact": "capacity sweep: 1 when the strategy is exact (its curve is checked too)",
     "stack_inclusion_checked": "capacity sweep: 1 when the stack-inclusion check applies",
     "capacity_notes": "capacity sweep: JSON list of the note lines above the table",
-    "device_watch": "JSON: the device's 4 KiB direct-read latency between each repeat's turns",
+    "device_watch": "JSON: the device's 4 KiB direct-read latency between each repeat's "
+                    "turns (repeat -1: before any store was loaded)",
 }
 #: metadata key of a ``plugins -o`` suite holding the plugin list (JSON)
 PLUGINS_KEY = "plugins"

@@ -113,24 +113,10 @@ def probe_device(directory: str | None = None, threads=(1, 2), *,
         raise ValueError("probe_device: file_bytes a positive multiple of 4096, "
                          "seconds > 0, rounds >= 1 and thread counts >= 1")
     out = DeviceScaling(directory, threads, file_bytes, seconds)
-    free = shutil.disk_usage(directory).free
-    if free < file_bytes + _DISK_MARGIN:
-        out.skipped = (f"{free / 2**30:.1f} GiB free in {directory}, the probe's file needs "
-                       f"{(file_bytes + _DISK_MARGIN) / 2**30:.1f} GiB")
+    path, out.skipped = _scratch_file(directory, file_bytes, "probe", "prefixbench-device-")
+    if path is None:
         return out
-    fd, path = tempfile.mkstemp(prefix="prefixbench-device-", dir=directory)
     try:
-        try:
-            _fill(fd, file_bytes)
-        finally:
-            os.close(fd)
-        try:
-            os.close(os.open(path, os.O_RDONLY | os.O_DIRECT))
-        except OSError as e:
-            if e.errno not in (errno.EINVAL, errno.EOPNOTSUPP):
-                raise
-            out.skipped = f"the file system of {directory} refuses O_DIRECT"
-            return out
         for _ in range(rounds):
             row = []
             for p in threads:
@@ -145,6 +131,34 @@ def probe_device(directory: str | None = None, threads=(1, 2), *,
     finally:
         os.unlink(path)
     return out
+
+
+def _scratch_file(directory: str, file_bytes: int, owner: str, prefix: str) -> tuple:
+    """``(path, '')`` of a new ``file_bytes`` file in ``directory`` that ``O_DIRECT``
+    reads can use, or ``(None, why not)`` with nothing left behind: too little free
+    disk, a file system that refuses ``O_DIRECT``, or a write that fails (``owner``
+    names the measurement in the reason)."""
+    free = shutil.disk_usage(directory).free
+    if free < file_bytes + _DISK_MARGIN:
+        return None, (f"{free / 2**30:.1f} GiB free in {directory}, the {owner}'s file needs "
+                      f"{(file_bytes + _DISK_MARGIN) / 2**30:.1f} GiB")
+    fd, path = tempfile.mkstemp(prefix=prefix, dir=directory)
+    try:
+        try:
+            _fill(fd, file_bytes)
+        finally:
+            os.close(fd)
+        try:
+            os.close(os.open(path, os.O_RDONLY | os.O_DIRECT))
+        except OSError as e:
+            if e.errno not in (errno.EINVAL, errno.EOPNOTSUPP):
+                raise
+            os.unlink(path)
+            return None, f"the file system of {directory} refuses O_DIRECT"
+    except OSError as e:
+        os.unlink(path)
+        return None, f"the {owner}'s file in {directory} failed ({e.strerror or e})"
+    return path, ""
 
 
 def _core_wait_ns() -> int | None:
@@ -246,26 +260,11 @@ class DeviceWatch:
         self.close()
 
     def open(self) -> None:
-        free = shutil.disk_usage(self.directory).free
-        if free < self.file_bytes + _DISK_MARGIN:
-            self.skipped = (f"{free / 2**30:.1f} GiB free in {self.directory}, the watch's "
-                            f"file needs {(self.file_bytes + _DISK_MARGIN) / 2**30:.1f} GiB")
+        self._path, self.skipped = _scratch_file(self.directory, self.file_bytes, "watch",
+                                                 "prefixbench-watch-")
+        if self._path is None:
             return
-        fd, self._path = tempfile.mkstemp(prefix="prefixbench-watch-", dir=self.directory)
-        try:
-            _fill(fd, self.file_bytes)
-        except OSError as e:
-            self.skipped = f"the watch's file in {self.directory} failed ({e.strerror or e})"
-            return
-        finally:
-            os.close(fd)
-        try:
-            self._fd = os.open(self._path, os.O_RDONLY | os.O_DIRECT)
-        except OSError as e:
-            if e.errno not in (errno.EINVAL, errno.EOPNOTSUPP):
-                raise
-            self.skipped = f"the file system of {self.directory} refuses O_DIRECT"
-            return
+        self._fd = os.open(self._path, os.O_RDONLY | os.O_DIRECT)
         self._buf = mmap.mmap(-1, BLOCK)          # page-aligned, as O_DIRECT wants
 
     def sample(self, repeat: int, reads: int | None = None) -> None:
@@ -273,7 +272,8 @@ class DeviceWatch:
         ``repeat`` (:data:`BEFORE_LOADS`: the baseline)."""
         if self._fd < 0 or self.skipped:
             return
-        out = self.samples.setdefault(int(repeat), [])
+        repeat = int(repeat)
+        out = self.samples.setdefault(repeat, [])
         blocks = self.file_bytes // BLOCK
         clock = time.perf_counter_ns
         w0 = _core_wait_ns()
@@ -287,7 +287,7 @@ class DeviceWatch:
             self.skipped = f"a read of the watch's file failed ({e.strerror or e})"
         w1 = _core_wait_ns()
         if w0 is not None and w1 is not None:
-            self.core_wait[int(repeat)] = self.core_wait.get(int(repeat), 0) + w1 - w0
+            self.core_wait[repeat] = self.core_wait.get(repeat, 0) + w1 - w0
 
     def close(self) -> None:
         if self._fd >= 0:
