@@ -495,6 +495,10 @@ FIGURES: tuple = tuple([
     *_placement(),
     *_arrival(),
     *_enginebench(),
+    Figure("match-cpu-time", "seconds", "breakdown", "mean seconds per match the request "
+           "thread was on a core (its own CPU clock, any phase); the rest of the latency "
+           "it waited: for the device, a lock or a core", "lower"),
+    Figure("insert-cpu-time", "seconds", "breakdown", "the same per insert", "lower"),
     Figure("cap-recovery-ratio", "ratio", "conditions", "capped tree's recovery over sarp's "
            "under the cap rule (paper: 0.96-1.96)", metadata=(("cap_recovery_ratio", 1.0),)),
     # patterns

@@ -314,9 +314,13 @@ def renamed(bench: pyperf.Benchmark, name: str) -> pyperf.Benchmark:
 
 def breakdown_figures(res: ReplayResult) -> list[tuple[str, float]]:
     """``(name, mean seconds per request)`` per side and phase of a breakdown run,
-    in the phases' table order (``rest`` last); empty without a breakdown."""
-    return [(f"{which}-time-{name.replace('_', '-')}", res.phase_mean(which, name))
-            for which in ("match", "insert") for name in res.phase_ns]
+    in the phases' table order (``rest`` last), then the request thread's CPU time
+    per side; empty without a breakdown."""
+    parts = [(f"{which}-time-{name.replace('_', '-')}", res.phase_mean(which, name))
+             for which in ("match", "insert") for name in res.phase_ns]
+    if res.thread_cpu_ns:
+        parts += [(f"{which}-cpu-time", res.cpu_mean(which)) for which in ("match", "insert")]
+    return parts
 
 
 def breakdown_metadata(res: ReplayResult) -> dict:

@@ -98,6 +98,9 @@ class ReplayResult:
     phase_ns: dict = field(default_factory=dict)
     #: breakdown runs: phase switches per request (per match, per insert)
     phase_switches: tuple = ()
+    #: breakdown runs: the request thread's own CPU ns per request (per match, per
+    #: insert), whatever phase it was in; the rest of a latency it spent off a core
+    thread_cpu_ns: tuple = ()
     #: breakdown runs: what one enter/leave pair of the clock cost (calibrated), ns
     breakdown_pair_ns: float = 0.0
     #: breakdown runs: estimated clock time per match / mean match latency
@@ -200,6 +203,14 @@ class ReplayResult:
         arr = arrs[0 if which == "match" else 1]
         return float(arr.mean()) / 1e9 if len(arr) else 0.0
 
+    def cpu_mean(self, which: str) -> float:
+        """Mean seconds per request the request thread was on a core in ``which``
+        (match or insert); 0 without a breakdown."""
+        if not self.thread_cpu_ns:
+            return 0.0
+        arr = self.thread_cpu_ns[0 if which == "match" else 1]
+        return float(arr.mean()) / 1e9 if len(arr) else 0.0
+
 
 def replay(strategy: IndexStrategy, workload: Workload, *, oracle: IndexStrategy | None = None,
            limit: int | None = None, quiet: bool = True, desc: str = "replay",
@@ -269,6 +280,7 @@ def _replay_steps(strategy: IndexStrategy, workload: Workload, *, oracle=None,
     block_size = workload.block_size
     meta_size = strategy.meta_size
     clock = time.perf_counter_ns
+    thread_cpu = time.thread_time_ns
     reset, p_totals, p_switches = phases.reset, phases.totals, phases.switches
 
     res.gc_mode = _quiet_gc(freeze_gc)
@@ -296,10 +308,12 @@ def _replay_steps(strategy: IndexStrategy, workload: Workload, *, oracle=None,
             reads0 = _reads(store)
             if bd:
                 reset()
+                c0 = thread_cpu()
             t0 = clock()
             m = strategy.match(q)
             t1 = clock()
             if bd:
+                bd.cpu[0][i] = thread_cpu() - c0
                 bd.record(0, i, p_totals(), p_switches())
             if store is not None:
                 res.store_reads_in_match += _reads(store) - reads0
@@ -315,10 +329,12 @@ def _replay_steps(strategy: IndexStrategy, workload: Workload, *, oracle=None,
             metas = make_metas(ids, i, meta_size)
             if bd:
                 reset()
+                c2 = thread_cpu()
             t2 = clock()
             strategy.insert(ids, metas)
             t3 = clock()
             if bd:
+                bd.cpu[1][i] = thread_cpu() - c2
                 bd.record(1, i, p_totals(), p_switches())
             if check:
                 oracle.insert(ids, metas)
@@ -421,6 +437,8 @@ class _Breakdown:
         self.total = total
         self.ns: dict = {}
         self.switches = (np.zeros(total, dtype=np.int64), np.zeros(total, dtype=np.int64))
+        #: the request thread's CPU ns per match and per insert (set by the replay loops)
+        self.cpu = (np.zeros(total, dtype=np.int64), np.zeros(total, dtype=np.int64))
         self._lock = threading.Lock()
         self.pair_ns = phases.calibrate()
         self._was = phases.enabled()
@@ -460,6 +478,7 @@ class _Breakdown:
         res.phase_ns = {name: out[name] for name in phases.ordered(out)}
         sw = (self.switches[0][:n], self.switches[1][:n])
         res.phase_switches = sw
+        res.thread_cpu_ns = (self.cpu[0][:n], self.cpu[1][:n])
         res.breakdown_pair_ns = self.pair_ns
         for side, attr in ((0, "breakdown_overhead"), (1, "breakdown_overhead_insert")):
             mean = float(lat[side].mean()) if n else 0.0
@@ -544,6 +563,7 @@ def _threaded_steps(strategy: IndexStrategy, workload: Workload, *, threads: int
         store.count_reads_per_thread()
     thread_reads = store.thread_reads if store is not None else (lambda: 0)
     clock = time.perf_counter_ns
+    thread_cpu = time.thread_time_ns
     # per turn: each thread's first start and last end (0: it had nothing to run)
     starts = np.zeros(threads, dtype=np.int64)
     ends = np.zeros(threads, dtype=np.int64)
@@ -571,20 +591,24 @@ def _threaded_steps(strategy: IndexStrategy, workload: Workload, *, threads: int
                     r = reqs[i]
                     if bd:
                         reset()
+                        c0 = thread_cpu()
                     r0 = thread_reads()
                     t0 = clock()
                     m = strategy.match(r.match_ids)
                     t1 = clock()
                     match_reads[t] += thread_reads() - r0
                     if bd:               # the insert is timed from after the clock's reset
+                        bd.cpu[0][i] = thread_cpu() - c0
                         bd.record(0, i, p_totals(), p_switches())
                         reset()
+                        c2 = thread_cpu()
                         t2 = clock()
                     else:
                         t2 = t1
                     strategy.insert(r.insert_ids, insert_metas[i])
                     t3 = clock()
                     if bd:
+                        bd.cpu[1][i] = thread_cpu() - c2
                         bd.record(1, i, p_totals(), p_switches())
                     match_ns[i] = t1 - t0
                     insert_ns[i] = t3 - t2

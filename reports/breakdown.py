@@ -9,8 +9,12 @@ shows ``-``.  The last column is the clock's own estimated cost per request
 (switches times the calibrated pair cost) as a share of the side's mean
 latency; the line under the table says what that estimate means and flags a
 match overhead at or above 5%, the bound past which the split is too coarse
-to trust.  Replays without a breakdown are listed under the table, not
-dropped silently.
+to trust.  Column ``on CPU`` is the request thread's own CPU time in that side,
+whatever phase it was in (it overlaps the phase columns: a device read costs
+CPU too, in the kernel and, on a virtual machine, in its I/O path); the rest
+of the latency the thread was off a core, waiting for the device, a lock or a
+core.  Results recorded before it was measured show ``-`` there.  Replays
+without a breakdown are listed under the table, not dropped silently.
 """
 from __future__ import annotations
 
@@ -34,7 +38,7 @@ def format_breakdown(rows) -> str:
     if not with_bd:
         return "no breakdown to show (replay with breakdown=True, e.g. run --breakdown)"
     names = phases.ordered({n for _, res in with_bd for n in res.phase_ns})
-    header = ("strategy", "side", "mean us") + tuple(names) + ("clock overhead",)
+    header = ("strategy", "side", "mean us") + tuple(names) + ("on CPU", "clock overhead")
     table = []
     over = []
     for label, res in with_bd:
@@ -43,13 +47,17 @@ def format_breakdown(rows) -> str:
             mean = res.latency(which)
             cells = [_cell(t, mean) if (t := res.phase_mean(which, n)) > 0 else "-"
                      for n in names]
-            table.append((label, which, f"{mean * 1e6:.1f}", *cells, f"{overhead:.1%}"))
+            cpu = res.cpu_mean(which)
+            table.append((label, which, f"{mean * 1e6:.1f}", *cells,
+                          _cell(cpu, mean) if cpu > 0 else "-", f"{overhead:.1%}"))
         if res.breakdown_overhead >= OVERHEAD_LIMIT:
             over.append(f"{label} {res.breakdown_overhead:.1%}")
     pair = max(res.breakdown_pair_ns for _, res in with_bd)
-    notes = [f"cells: mean us per request (share of the side's mean latency); clock "
-             f"overhead: phase switches per request x their calibrated cost (up to "
-             f"{pair:.0f} ns each), already inside the latencies"]
+    notes = [f"cells: mean us per request (share of the side's mean latency); on CPU: "
+             f"the request thread's own CPU time in that side, any phase (the rest of the "
+             f"latency it waited: for the device, a lock or a core); clock overhead: phase "
+             f"switches per request x their calibrated cost (up to {pair:.0f} ns each), "
+             f"already inside the latencies"]
     if over:
         notes.append(f"warning: match overhead at or above {OVERHEAD_LIMIT:.0%} "
                      f"({', '.join(over)}): the split is coarse for these rows")

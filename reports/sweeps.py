@@ -646,6 +646,10 @@ class SuiteReplay:
         r = self._res.get(f"{which}-time-{name.replace('_', '-')}", self._s, self._t)
         return r.median if r is not None else 0.0
 
+    def cpu_mean(self, which: str) -> float:
+        r = self._res.get(f"{which}-cpu-time", self._s, self._t)
+        return r.median if r is not None else 0.0
+
 
 def breakdown(res) -> str | None:
     """The breakdown under a sweep run with ``--breakdown`` (None without one)."""

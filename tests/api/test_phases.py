@@ -1,6 +1,7 @@
 """Where the time goes: phase clocks, engine and strategy instrumentation, the
 breakdown replay, its pyperf export and its table.  Invariants only, never timing."""
 import threading
+import time
 
 import numpy as np
 import pyperf
@@ -321,6 +322,35 @@ def test_threaded_replay_breakdown_invariants():
     assert res.false_hits == 0 and res.phase_mean("match", phases.STORAGE) > 0
 
 
+class _SleepsThenSpins(RadixStrategy):
+    """Its match sleeps 2 ms (off a core), its insert spins for 1 ms of its own CPU."""
+
+    def match(self, ids):
+        time.sleep(0.002)
+        return super().match(ids)
+
+    def insert(self, ids, metas):
+        end = time.thread_time_ns() + 1_000_000
+        while time.thread_time_ns() < end:
+            pass
+        return super().insert(ids, metas)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_breakdown_counts_the_request_threads_cpu_not_its_waits(threads):
+    """``thread_cpu_ns`` is the request thread's own CPU clock over each side: a sleep
+    inside a match stays out of it, a spin inside an insert is all in it."""
+    res = replay(_SleepsThenSpins(), _workload(4), limit=12, threads=threads, breakdown=True)
+    m_cpu, i_cpu = res.thread_cpu_ns
+    assert len(m_cpu) == len(i_cpu) == res.requests == 12
+    assert (i_cpu >= 1_000_000).all()
+    assert (res.match_ns - m_cpu >= 1_500_000).all()
+    assert res.cpu_mean("insert") >= 1e-3
+    assert res.cpu_mean("match") < res.latency("match") - 1.5e-3
+    plain = replay(_SleepsThenSpins(), _workload(4), limit=3)
+    assert plain.thread_cpu_ns == () and plain.cpu_mean("match") == 0.0
+
+
 def test_replay_leaves_the_clocks_as_it_found_them():
     phases.enable()
     replay(RadixStrategy(), _workload(4), limit=5, breakdown=True)
@@ -353,9 +383,14 @@ def test_pyperf_suite_has_the_phase_benchmarks(tmp_path):
     loaded = pyperf.BenchmarkSuite.load(str(out))
     assert "match-time-rest" in loaded.get_benchmark_names()
 
+    cpu = next(b for b in times if b.get_name() == "insert-cpu-time")
+    assert cpu.mean() == pytest.approx(res.cpu_mean("insert")) and cpu.mean() > 0
+    assert "match-cpu-time" in names
+
     plain = _breakdown_run(breakdown=False)
     times, counts = pyperf_io.replay_suites(plain, md)
     assert not any(b.get_name().startswith(("match-time-", "insert-time-")) for b in times)
+    assert not {"match-cpu-time", "insert-cpu-time"} & {b.get_name() for b in times}
     assert "breakdown_overhead" not in times[0].get_metadata()
 
 
@@ -376,3 +411,9 @@ def test_format_breakdown_renders():
     assert "%" in rows[0] and "overhead" in text
     assert "no breakdown recorded: plain" in text
     assert "no breakdown" in format_breakdown([("plain", c)])
+    on_cpu = lines[0].index("on CPU")
+    assert all(r[on_cpu:].split()[1].endswith("%)") for r in rows)      # "12.3 (45.6%)"
+    a.thread_cpu_ns = ()                     # a result recorded before the CPU clock
+    old = format_breakdown([("ssd-blockhash", a)]).splitlines()
+    at = old[0].index("on CPU")
+    assert [r[at:].split()[0] for r in old[2:4]] == ["-", "-"]
