@@ -50,7 +50,7 @@ Writers
     What a writer adds to every benchmark's metadata: :func:`schema_metadata`
     (the version), :func:`zero_metadata` of the figures whose value was 0,
     and the machine under :data:`MACHINE_KEYS` (CPU model, cores, RAM, the
-    store's device), which reports print in every caption.  Benchmark names
+    store's device, the allocator), which reports print in every caption.  Benchmark names
     stay as they are; a figure whose pyperf unit differs from
     :attr:`Figure.pyperf_unit` (``memory-bytes-per-indexed-block``, written
     as ``integer`` before schema version 1) is read the same.
@@ -113,8 +113,9 @@ VERSION_KEY = "prefixbench_schema"
 #: metadata key listing benchmarks whose value was 0 (space-separated full names)
 ZEROS_KEY = "zero_figures"
 
-#: metadata keys naming the machine (CPU model, cores, RAM, the store's device)
-MACHINE_KEYS = ("cpu_model_name", "cpu_count", "mem_total", "store_device")
+#: metadata keys naming the machine (CPU model, cores, RAM, the store's device) and the
+#: malloc the process ran on (a preloaded jemalloc changes RocksDB's CPU per read)
+MACHINE_KEYS = ("cpu_model_name", "cpu_count", "mem_total", "store_device", "allocator")
 
 #: metadata keys of a bounded-pool run's configuration
 POOL_KEYS = ("pool_blocks", "pool_evict", "pool_workers", "pool_route", "pool_route_seed")

@@ -180,7 +180,8 @@ def from_suites(path: str, suites: list) -> Result:
 
 def machine(md: dict) -> str:
     """The machine a result was measured on, from what its metadata records."""
-    labels = {"cpu_count": "{} cores", "mem_total": "{} RAM", "store_device": "store on {}"}
+    labels = {"cpu_count": "{} cores", "mem_total": "{} RAM", "store_device": "store on {}",
+              "allocator": "malloc {}"}
     parts = [labels.get(k, "{}").format(md[k]) for k in schema.MACHINE_KEYS if k in md]
     return ", ".join(parts) if parts else "not recorded in the suite"
 

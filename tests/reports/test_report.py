@@ -323,6 +323,8 @@ def test_the_caption_names_the_machine_when_the_suite_records_it():
           "store_device": "Samsung 980 PRO"}
     assert machine(md) == "Xeon Gold 6330, 56 cores, 751 GiB RAM, store on Samsung 980 PRO"
     assert machine({}) == "not recorded in the suite"
+    assert machine({**md, "allocator": "jemalloc"}).endswith(
+        "store on Samsung 980 PRO, malloc jemalloc")
 
 
 def test_range_shape_markers_at_the_papers_object_counts(tmp_path):
