@@ -197,19 +197,21 @@ class ReplayResult:
     def phase_mean(self, which: str, name: str) -> float:
         """Mean seconds per request that phase ``name`` took in ``which`` (match or
         insert); 0 for a phase that never ran."""
-        arrs = self.phase_ns.get(name)
-        if arrs is None:
-            return 0.0
-        arr = arrs[0 if which == "match" else 1]
-        return float(arr.mean()) / 1e9 if len(arr) else 0.0
+        return _side_mean(self.phase_ns.get(name), which)
 
     def cpu_mean(self, which: str) -> float:
         """Mean seconds per request the request thread was on a core in ``which``
         (match or insert); 0 without a breakdown."""
-        if not self.thread_cpu_ns:
-            return 0.0
-        arr = self.thread_cpu_ns[0 if which == "match" else 1]
-        return float(arr.mean()) / 1e9 if len(arr) else 0.0
+        return _side_mean(self.thread_cpu_ns, which)
+
+
+def _side_mean(arrs, which: str) -> float:
+    """Mean seconds of a ``(per match, per insert)`` pair of ns arrays' ``which`` side;
+    0 for no pair or no requests."""
+    if not arrs:
+        return 0.0
+    arr = arrs[0 if which == "match" else 1]
+    return float(arr.mean()) / 1e9 if len(arr) else 0.0
 
 
 def replay(strategy: IndexStrategy, workload: Workload, *, oracle: IndexStrategy | None = None,
@@ -313,8 +315,7 @@ def _replay_steps(strategy: IndexStrategy, workload: Workload, *, oracle=None,
             m = strategy.match(q)
             t1 = clock()
             if bd:
-                bd.cpu[0][i] = thread_cpu() - c0
-                bd.record(0, i, p_totals(), p_switches())
+                bd.record(0, i, p_totals(), p_switches(), thread_cpu() - c0)
             if store is not None:
                 res.store_reads_in_match += _reads(store) - reads0
             n = m.n_blocks
@@ -334,8 +335,7 @@ def _replay_steps(strategy: IndexStrategy, workload: Workload, *, oracle=None,
             strategy.insert(ids, metas)
             t3 = clock()
             if bd:
-                bd.cpu[1][i] = thread_cpu() - c2
-                bd.record(1, i, p_totals(), p_switches())
+                bd.record(1, i, p_totals(), p_switches(), thread_cpu() - c2)
             if check:
                 oracle.insert(ids, metas)
             match_ns[i] = t1 - t0
@@ -437,7 +437,7 @@ class _Breakdown:
         self.total = total
         self.ns: dict = {}
         self.switches = (np.zeros(total, dtype=np.int64), np.zeros(total, dtype=np.int64))
-        #: the request thread's CPU ns per match and per insert (set by the replay loops)
+        #: the request thread's CPU ns per match and per insert
         self.cpu = (np.zeros(total, dtype=np.int64), np.zeros(total, dtype=np.int64))
         self._lock = threading.Lock()
         self.pair_ns = phases.calibrate()
@@ -448,8 +448,10 @@ class _Breakdown:
         phases.enable(self._was)
         phases.reset()
 
-    def record(self, side: int, i: int, totals: dict, switches: int) -> None:
-        """Store request ``i``'s phases of its match (side 0) or insert (side 1)."""
+    def record(self, side: int, i: int, totals: dict, switches: int, cpu_ns: int) -> None:
+        """Store request ``i``'s phases of its match (side 0) or insert (side 1), and
+        the CPU time its thread spent in it."""
+        self.cpu[side][i] = cpu_ns
         ns = self.ns
         for name, t in totals.items():
             arrs = ns.get(name)
@@ -598,8 +600,7 @@ def _threaded_steps(strategy: IndexStrategy, workload: Workload, *, threads: int
                     t1 = clock()
                     match_reads[t] += thread_reads() - r0
                     if bd:               # the insert is timed from after the clock's reset
-                        bd.cpu[0][i] = thread_cpu() - c0
-                        bd.record(0, i, p_totals(), p_switches())
+                        bd.record(0, i, p_totals(), p_switches(), thread_cpu() - c0)
                         reset()
                         c2 = thread_cpu()
                         t2 = clock()
@@ -608,8 +609,7 @@ def _threaded_steps(strategy: IndexStrategy, workload: Workload, *, threads: int
                     strategy.insert(r.insert_ids, insert_metas[i])
                     t3 = clock()
                     if bd:
-                        bd.cpu[1][i] = thread_cpu() - c2
-                        bd.record(1, i, p_totals(), p_switches())
+                        bd.record(1, i, p_totals(), p_switches(), thread_cpu() - c2)
                     match_ns[i] = t1 - t0
                     insert_ns[i] = t3 - t2
                     got[i] = m

@@ -638,17 +638,18 @@ class SuiteReplay:
                          if r.setting == setting and r.threads == threads
                          and r.figure.name in ("match-time-<phase>", "insert-time-<phase>")}
 
-    def latency(self, which: str) -> float:
-        r = self._res.get(f"{which}-latency-mean", self._s, self._t)
+    def _median(self, name: str) -> float:
+        r = self._res.get(name, self._s, self._t)
         return r.median if r is not None else 0.0
+
+    def latency(self, which: str) -> float:
+        return self._median(f"{which}-latency-mean")
 
     def phase_mean(self, which: str, name: str) -> float:
-        r = self._res.get(f"{which}-time-{name.replace('_', '-')}", self._s, self._t)
-        return r.median if r is not None else 0.0
+        return self._median(f"{which}-time-{name.replace('_', '-')}")
 
     def cpu_mean(self, which: str) -> float:
-        r = self._res.get(f"{which}-cpu-time", self._s, self._t)
-        return r.median if r is not None else 0.0
+        return self._median(f"{which}-cpu-time")
 
 
 def breakdown(res) -> str | None:
