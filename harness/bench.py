@@ -9,12 +9,13 @@
 """
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 
 import pyperf
 
-from prefixbench.harness import pyperf_io
+from prefixbench.harness import allocator, pyperf_io
 from prefixbench.harness.build import build
 from prefixbench.errors import ConfigError, PrefixbenchError
 from prefixbench.harness.replay import ReplayResult, replay
@@ -155,9 +156,12 @@ def run(spec: RunSpec, *, output: str | None, quiet: bool, our_argv: list[str],
             argv.append("--quiet")
         runner.parse_args(argv)
         from prefixbench import twins
-        if twins.PURE:          # pyperf workers start with a clean environment
-            runner.args.inherit_environ = [*(runner.args.inherit_environ or []),
-                                           twins.ENV_VAR]
+        # pyperf workers start with a clean environment: they keep the pure-Python switch
+        # and the allocator this process was started on
+        keep = [twins.ENV_VAR] if twins.PURE else []
+        keep += [v for v in ("LD_PRELOAD", allocator.GUARD) if v in os.environ]
+        if keep:
+            runner.args.inherit_environ = [*(runner.args.inherit_environ or []), *keep]
         runner.metadata.update(metadata)
         runner.metadata["gc"] = "frozen+disabled in workers after warm-up"
         time_func, n_queries, cleanup = _warm_match_bench(spec) if is_worker else (None, 1, None)

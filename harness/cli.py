@@ -79,6 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Benchmark harness and plugin registry for KVCache prefix indexes.",
         epilog=EPILOG)
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
+    parser.add_argument("--allocator", default="auto", metavar="NAME|PATH",
+                        help=ALLOCATOR_HELP)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     # no abbreviations: pyperf's own --worker (passed through to its worker processes)
@@ -460,7 +462,17 @@ def build_parser() -> argparse.ArgumentParser:
     events.add_commands(sub, COMMANDS)
     from prefixbench.harness import arrival       # open-loop arrival at trace timestamps
     arrival.add_commands(sub, COMMANDS)
+    from prefixbench.harness.allocator import TIMED_COMMANDS
+    for name in sorted(TIMED_COMMANDS):
+        sub.choices[name].add_argument("--allocator", dest="allocator_sub", metavar="NAME|PATH",
+                                       help=ALLOCATOR_HELP)
     return parser
+
+
+ALLOCATOR_HELP = ("malloc of the process: auto (jemalloc where installed, for run, scale, "
+                  "sweep, recover and engine-bench), libc, jemalloc, tcmalloc, mimalloc or a "
+                  "library's path; another than the process started on executes it again with "
+                  "that library preloaded (default: auto)")
 
 
 def _split_argv(argv: list[str], leftover: list[str]) -> list[str]:
@@ -475,6 +487,9 @@ def _split_argv(argv: list[str], leftover: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line; with ``argv`` None (the ``prefixbench`` program itself) it may
+    first execute the process again on another allocator (``--allocator``)."""
+    own_process = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args, leftover = parser.parse_known_args(argv)
@@ -485,6 +500,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     quiet = args.quiet or getattr(args, "quiet_sub", False)
     try:
+        if own_process:
+            from prefixbench.harness import allocator
+            allocator.ensure(getattr(args, "allocator_sub", None) or args.allocator, args.command)
         code = COMMANDS[args.command](args, leftover=leftover, argv=argv, quiet=quiet) or 0
         sys.stdout.flush()          # inside the try: a closed pipe is caught below
         return code

@@ -43,6 +43,7 @@ import tempfile
 import pyperf
 
 from prefixbench import schema
+from prefixbench.harness import allocator
 from prefixbench.harness.replay import ReplayResult
 
 
@@ -208,24 +209,6 @@ def _store_device(path: str) -> str:
     return "unknown"
 
 
-#: allocators a process may have preloaded (``LD_PRELOAD``), by a name in their library's path
-_ALLOCATORS = ("jemalloc", "tcmalloc", "mimalloc")
-
-
-def _allocator(maps: str = "/proc/self/maps") -> str:
-    """The malloc this process runs on: a preloaded allocator found among its mapped
-    libraries, else the C library's own (``libc``); ``unknown`` where nothing says."""
-    try:
-        with open(maps) as fh:
-            mapped = fh.read()
-    except OSError:
-        return "unknown"
-    for name in _ALLOCATORS:
-        if f"lib{name}" in mapped:
-            return name
-    return "libc"
-
-
 @functools.lru_cache(maxsize=8)
 def machine_metadata(store_dir: str | None = None) -> dict:
     """The machine under :data:`schema.MACHINE_KEYS`; the store's device is the one
@@ -233,7 +216,7 @@ def machine_metadata(store_dir: str | None = None) -> dict:
     return {"cpu_model_name": _cpu_model(), "cpu_count": os.cpu_count() or 1,
             "mem_total": _mem_total(),
             "store_device": _store_device(store_dir or tempfile.gettempdir()),
-            "allocator": _allocator()}
+            "allocator": allocator.detect()}
 
 
 def run_metadata(strategy: str, engine: str | None, workload: str, config: dict) -> dict:
