@@ -116,6 +116,8 @@ def conditions(res) -> str:
     backfill = _sarp_option(res, "backfill")
     if any(res.md(s).get("strategy") == "sarp" for s in ss):
         line2 += f"; sarp backfill={backfill or cfg.get('backfill', '?')}"
+    if md.get("allocator"):
+        line2 += f"; malloc {md['allocator']}"
     out = ", ".join(parts) + "\n" + line2
     if paper:
         f = float(md["paper_fraction"])

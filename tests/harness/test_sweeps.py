@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from prefixbench.harness import sweeps
+from prefixbench.harness import allocator, sweeps
 from prefixbench.errors import ConfigError
 
 from cli_support import one_line_error as _one_line_error
@@ -161,6 +161,8 @@ def test_strategies_fixed_cache_and_custom_list(run_cli):
     assert code == 0, err
     assert "ssd-blockhash's logical store" not in stdout     # no sizing replay
     assert "3.0 MiB" in stdout and "segment-hash ÷ it" in stdout
+    # the header says which malloc the process ran on (--allocator)
+    assert f"; malloc {allocator.detect()}\n" in stdout
     # the options table shows what each strategy was given, then the values in effect
     # of its options beyond the paper, defaults included
     opts = stdout[stdout.index("options of each strategy"):].splitlines()
