@@ -81,7 +81,7 @@ def resolve(choice: str, command: str | None, current: str) -> tuple[str, str | 
     """What ``--allocator choice`` asks of ``command``: ``(allocator, library)`` (library
     None for libc), or None to leave the process as it is."""
     if choice == "auto":
-        if command not in TIMED_COMMANDS or current not in ("libc",):
+        if command not in TIMED_COMMANDS or current != "libc":
             return None
         lib = find_library("jemalloc")
         return ("jemalloc", lib) if lib else None

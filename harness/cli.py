@@ -79,8 +79,13 @@ def build_parser() -> argparse.ArgumentParser:
         description="Benchmark harness and plugin registry for KVCache prefix indexes.",
         epilog=EPILOG)
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
-    parser.add_argument("--allocator", default="auto", metavar="NAME|PATH",
-                        help=ALLOCATOR_HELP)
+    from prefixbench.harness import allocator
+    allocator_help = (f"malloc of the process: auto (jemalloc where installed, for "
+                      f"{', '.join(sorted(allocator.TIMED_COMMANDS))}), "
+                      f"{', '.join(allocator.CHOICES[1:])} or a library's path; another than "
+                      "the process started on executes it again with that library preloaded "
+                      "(default: auto)")
+    parser.add_argument("--allocator", default="auto", metavar="NAME|PATH", help=allocator_help)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     # no abbreviations: pyperf's own --worker (passed through to its worker processes)
@@ -462,17 +467,10 @@ def build_parser() -> argparse.ArgumentParser:
     events.add_commands(sub, COMMANDS)
     from prefixbench.harness import arrival       # open-loop arrival at trace timestamps
     arrival.add_commands(sub, COMMANDS)
-    from prefixbench.harness.allocator import TIMED_COMMANDS
-    for name in sorted(TIMED_COMMANDS):
+    for name in sorted(allocator.TIMED_COMMANDS):
         sub.choices[name].add_argument("--allocator", dest="allocator_sub", metavar="NAME|PATH",
-                                       help=ALLOCATOR_HELP)
+                                       help=allocator_help)
     return parser
-
-
-ALLOCATOR_HELP = ("malloc of the process: auto (jemalloc where installed, for run, scale, "
-                  "sweep, recover and engine-bench), libc, jemalloc, tcmalloc, mimalloc or a "
-                  "library's path; another than the process started on executes it again with "
-                  "that library preloaded (default: auto)")
 
 
 def _split_argv(argv: list[str], leftover: list[str]) -> list[str]:

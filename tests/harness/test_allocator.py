@@ -12,7 +12,7 @@ import pytest
 from prefixbench.errors import ConfigError
 from prefixbench.harness import allocator
 
-from test_cli import _one_line_error
+from cli_support import one_line_error as _one_line_error
 
 JEMALLOC = next(iter(sorted(glob.glob("/usr/lib/*/libjemalloc.so.2"))), None)
 LIBC_ONLY = ("7f00-7f10 r-xp 00000000 fe:01 42 /usr/lib/x86_64-linux-gnu/libc.so.6\n"
