@@ -16,7 +16,8 @@ blocks, so the budget stays ``cache_bytes``.  It pays where reads are scattered
 single records; where records read together sit side by side (a sequence's
 windows under adjacent ids) a block brings its neighbours in and the block
 cache serves more: on codeact at paper scale both segment layouts made more
-file reads and ran slower with any row cache (the README's "Row cache").
+file reads and ran slower with any row cache (``docs/sarp-comparison.md``,
+"Row cache").
 
 ``direct_io`` turns on O_DIRECT for reads and for flush/compaction writes.
 
@@ -38,8 +39,8 @@ L0 files' in-memory Bloom filters.  The other way, a trigger of 1 leaves no L0
 file behind a load, so records written at different times but read together (a
 sequence's windows under adjacent ids) sit in the last level's key order, in
 fewer data blocks: on eabf at paper scale sarp's file reads per request fell
-from 4.36 to 3.52 and capped's to 1.37 (the README's "L0 files").  The default
-stays RocksDB's, as in the paper's setup.
+from 4.36 to 3.52 and capped's to 1.37 (``docs/sarp-comparison.md``, "L0
+files").  The default stays RocksDB's, as in the paper's setup.
 
 Durability: ``sync`` fsyncs the WAL per batch; ``async`` writes the WAL to
 the OS per batch without fsync (survives kill -9); ``off`` disables the WAL
