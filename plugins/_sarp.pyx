@@ -28,8 +28,8 @@ from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc, realloc, qsort
 from libc.string cimport memmove, memcpy
 
-__all__ = ["LIVE", "NONE", "PENDING", "RoutingDirectory", "child_postings", "filters",
-           "first_batch", "insert_plan",
+__all__ = ["COUNTER_NAMES", "Counters", "LIVE", "NONE", "PENDING", "RoutingDirectory",
+           "child_postings", "filters", "first_batch", "insert_plan",
            "match_run", "max_potential", "overlay_cut", "overlay_revive", "record_ids",
            "settle"]
 
@@ -44,6 +44,97 @@ DEF CK_OFF = 32
 include "_segment_record.pxi"
 
 from cpython.bytes cimport PyBytes_AS_STRING
+
+
+# ----------------------------------------------------------------------------- counters
+#: sarp's counters: those one match adds, those one insert adds, then the rest (the
+#: slots of the enum below follow this order)
+COUNTER_NAMES = (
+    "matches", "match_windows", "entry_uses", "cand_before", "cand_after", "retrieved",
+    "match_reads", "extra_batches", "speculative_reads", "speculative_wasted",
+    "match_round_trips",
+    "inserts", "insert_reads", "inserts_after_match", "insert_reads_after_match",
+    "insert_windows_reused", "insert_windows_known", "insert_segments_reused",
+    "insert_records_reused", "insert_replans", "segments", "segments_copied",
+    "segments_extended", "logical_blocks", "copied_blocks",
+    "jobs", "jobs_expand", "jobs_refine", "backfill_reads", "backfill_postings")
+
+cdef enum:
+    C_MATCHES, C_MATCH_WINDOWS, C_ENTRY_USES, C_CAND_BEFORE, C_CAND_AFTER, C_RETRIEVED,
+    C_MATCH_READS, C_EXTRA_BATCHES, C_SPEC_READS, C_SPEC_WASTED, C_ROUND_TRIPS,
+    C_INSERTS, C_INSERT_READS, C_INSERTS_AFTER_MATCH, C_INSERT_READS_AFTER_MATCH,
+    C_WINDOWS_REUSED, C_WINDOWS_KNOWN, C_SEGMENTS_REUSED, C_RECORDS_REUSED, C_REPLANS,
+    C_SEGMENTS, C_SEGMENTS_COPIED, C_SEGMENTS_EXTENDED, C_LOGICAL_BLOCKS, C_COPIED_BLOCKS,
+    N_COUNTERS = C_COPIED_BLOCKS + 6
+
+_COUNTER_SLOT = {name: i for i, name in enumerate(COUNTER_NAMES)}
+assert len(COUNTER_NAMES) == N_COUNTERS
+
+
+cdef class Counters:
+    """sarp's counters (:data:`COUNTER_NAMES`), so that a match or an insert adds all of
+    its own in one call.  Safe across threads: each method adds with the GIL held and no
+    call inside that could give it up."""
+
+    cdef int64_t v[N_COUNTERS]
+
+    def __cinit__(self):
+        cdef int i
+        for i in range(N_COUNTERS):
+            self.v[i] = 0
+
+    def count_match(self, tuple counts):
+        """Add one match: ``counts`` as ``match_run`` returns them."""
+        cdef int64_t windows, uses, before, after, retrieved, extra, spec, wasted, trips
+        windows, uses, before, after, retrieved, extra, spec, wasted, trips = counts
+        cdef int64_t* v = self.v
+        v[C_MATCHES] += 1
+        v[C_MATCH_WINDOWS] += windows
+        v[C_ENTRY_USES] += uses
+        v[C_CAND_BEFORE] += before
+        v[C_CAND_AFTER] += after
+        v[C_RETRIEVED] += retrieved
+        v[C_MATCH_READS] += retrieved + wasted
+        v[C_EXTRA_BATCHES] += extra
+        v[C_SPEC_READS] += spec
+        v[C_SPEC_WASTED] += wasted
+        v[C_ROUND_TRIPS] += trips
+
+    def count_insert(self, tuple plan_counts, int64_t records, bint after_match,
+                     int64_t windows_reused, int64_t windows_known, bint replanned):
+        """Add one insert: ``plan_counts`` as ``insert_plan`` returns them, ``records``
+        the records it wrote."""
+        cdef int64_t reads, new_blocks, copied, ext, cp, reused_seg, reused_records
+        reads, new_blocks, copied, ext, cp, reused_seg, reused_records = plan_counts
+        cdef int64_t* v = self.v
+        v[C_INSERTS] += 1
+        v[C_INSERT_READS] += reads
+        if after_match:
+            v[C_INSERTS_AFTER_MATCH] += 1
+            v[C_INSERT_READS_AFTER_MATCH] += reads
+        v[C_WINDOWS_REUSED] += windows_reused
+        v[C_WINDOWS_KNOWN] += windows_known
+        v[C_SEGMENTS_REUSED] += reused_seg
+        v[C_RECORDS_REUSED] += reused_records
+        v[C_REPLANS] += replanned
+        v[C_SEGMENTS] += records - ext
+        v[C_SEGMENTS_COPIED] += cp
+        v[C_SEGMENTS_EXTENDED] += ext
+        v[C_LOGICAL_BLOCKS] += new_blocks
+        v[C_COPIED_BLOCKS] += copied
+
+    def add(self, str name, int64_t n=1):
+        self.v[<Py_ssize_t>_COUNTER_SLOT[name]] += n      # (KeyError: not a counter)
+
+    def as_dict(self):
+        return {name: self.v[i] for i, name in enumerate(COUNTER_NAMES)}
+
+    def restore(self, values):
+        """Set the counters ``values`` names (a snapshot's); other names are ignored."""
+        for k, n in values.items():
+            i = _COUNTER_SLOT.get(k)
+            if i is not None:
+                self.v[<Py_ssize_t>i] = int(n)
 
 
 # ----------------------------------------------------------------------------- filters

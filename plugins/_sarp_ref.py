@@ -16,14 +16,94 @@ import numpy as np
 
 from prefixbench.plugins import _segments_ref
 
-__all__ = ["LIVE", "NONE", "PENDING", "RoutingDirectory", "child_postings", "filters",
-           "first_batch", "insert_plan",
+__all__ = ["COUNTER_NAMES", "Counters", "LIVE", "NONE", "PENDING", "RoutingDirectory",
+           "child_postings", "filters", "first_batch", "insert_plan",
            "match_run", "max_potential", "overlay_cut", "overlay_revive", "record_ids",
            "settle"]
 
 #: states of an entry's pending child points (rematerialization, refinement)
 NONE, PENDING, LIVE = 0, 1, 2
 _MASK = (1 << 64) - 1
+
+
+#: sarp's counters: those one match adds, those one insert adds, then the rest
+COUNTER_NAMES = (
+    "matches", "match_windows", "entry_uses", "cand_before", "cand_after", "retrieved",
+    "match_reads", "extra_batches", "speculative_reads", "speculative_wasted",
+    "match_round_trips",
+    "inserts", "insert_reads", "inserts_after_match", "insert_reads_after_match",
+    "insert_windows_reused", "insert_windows_known", "insert_segments_reused",
+    "insert_records_reused", "insert_replans", "segments", "segments_copied",
+    "segments_extended", "logical_blocks", "copied_blocks",
+    "jobs", "jobs_expand", "jobs_refine", "backfill_reads", "backfill_postings")
+
+
+class Counters:
+    """sarp's counters (:data:`COUNTER_NAMES`), so that a match or an insert adds all of
+    its own in one call.  Safe across threads (here under a lock; the compiled twin adds
+    with the GIL held and no call inside)."""
+
+    def __init__(self):
+        self._v = dict.fromkeys(COUNTER_NAMES, 0)
+        self._lock = threading.Lock()
+
+    def count_match(self, counts) -> None:
+        """Add one match: ``counts`` as ``match_run`` returns them (windows, entry uses,
+        candidates before and after filtering, retrieved, extra batches, speculative
+        reads, wasted speculative reads, round trips)."""
+        windows, uses, before, after, retrieved, extra, spec, wasted, trips = counts
+        with self._lock:
+            v = self._v
+            v["matches"] += 1
+            v["match_windows"] += windows
+            v["entry_uses"] += uses
+            v["cand_before"] += before
+            v["cand_after"] += after
+            v["retrieved"] += retrieved
+            v["match_reads"] += retrieved + wasted
+            v["extra_batches"] += extra
+            v["speculative_reads"] += spec
+            v["speculative_wasted"] += wasted
+            v["match_round_trips"] += trips
+
+    def count_insert(self, plan_counts, records: int, after_match: bool,
+                     windows_reused: int, windows_known: int, replanned: bool) -> None:
+        """Add one insert: ``plan_counts`` as ``insert_plan`` returns them (reads, new
+        blocks, copied blocks, records extended, records copied, segments and records
+        reused from the match), ``records`` the records it wrote."""
+        reads, new_blocks, copied, ext, cp, reused_seg, reused_records = plan_counts
+        with self._lock:
+            v = self._v
+            v["inserts"] += 1
+            v["insert_reads"] += reads
+            if after_match:
+                v["inserts_after_match"] += 1
+                v["insert_reads_after_match"] += reads
+            v["insert_windows_reused"] += windows_reused
+            v["insert_windows_known"] += windows_known
+            v["insert_segments_reused"] += reused_seg
+            v["insert_records_reused"] += reused_records
+            v["insert_replans"] += bool(replanned)
+            v["segments"] += records - ext
+            v["segments_copied"] += cp
+            v["segments_extended"] += ext
+            v["logical_blocks"] += new_blocks
+            v["copied_blocks"] += copied
+
+    def add(self, name: str, n: int = 1) -> None:
+        with self._lock:
+            self._v[name] += n          # (KeyError: not a counter)
+
+    def as_dict(self) -> dict:
+        with self._lock:
+            return dict(self._v)
+
+    def restore(self, values) -> None:
+        """Set the counters ``values`` names (a snapshot's); other names are ignored."""
+        with self._lock:
+            for k, n in values.items():
+                if k in self._v:
+                    self._v[k] = int(n)
 
 
 def _fmix64(x: int) -> int:

@@ -424,8 +424,9 @@ class _Plan:
     """An insert's decision (the hot module's ``insert_plan``): the records to write,
     in order, and what it cost to find them."""
 
-    __slots__ = ("writes", "after", "extended", "log", "reads", "new_blocks", "copied",
-                 "ext", "cp", "reused_seg", "reused_records", "basis", "_keys", "_looked")
+    __slots__ = ("writes", "after", "extended", "log", "counts", "reads", "new_blocks",
+                 "copied", "ext", "cp", "reused_seg", "reused_records", "basis", "_keys",
+                 "_looked")
 
     def __init__(self, planned=None):
         #: ``(segment id, start, ids, metas)`` per record, id 0 for a fresh one;
@@ -434,6 +435,8 @@ class _Plan:
         #: ``(start, first block id)`` per record, what a conflict check compares
         self.writes, self.after, self.extended, self.log, counts = (
             planned if planned is not None else ([], [], [], [], (0,) * 7))
+        #: what finding the records cost and saved (``Counters.count_insert`` adds them)
+        self.counts = counts
         (self.reads, self.new_blocks, self.copied, self.ext, self.cp, self.reused_seg,
          self.reused_records) = counts
         self.basis = 0
@@ -586,21 +589,14 @@ class SarpStrategy(TombstoneOverlay):
         self._pub_log: collections.deque = collections.deque(maxlen=4096)
         #: test hook: called between an unlocked plan and taking the lock to publish it
         self._after_plan = None
-        self._stat_lock = threading.Lock()
         self._pending_children: dict[tuple[int, int], set] = {}
         self._jobs: "queue.Queue" = queue.Queue()
         self._sync_jobs: list = []
         self._worker: threading.Thread | None = None
         self._worker_error: BaseException | None = None
         self._closed = False
-        self._c = dict.fromkeys((
-            "matches", "match_reads", "match_windows", "entry_uses", "cand_before", "cand_after",
-            "retrieved", "extra_batches", "inserts", "insert_reads", "segments", "segments_copied",
-            "segments_extended", "logical_blocks", "copied_blocks", "jobs", "jobs_expand",
-            "jobs_refine", "backfill_reads", "backfill_postings", "insert_windows_reused",
-            "insert_segments_reused", "insert_records_reused", "insert_replans",
-            "speculative_reads", "speculative_wasted", "match_round_trips",
-            "inserts_after_match", "insert_reads_after_match", "insert_windows_known"), 0)
+        #: every counter behind stats(); a match and an insert each add theirs in one call
+        self._c = hot.Counters()
         self._tl = threading.local()
         self._journal = None        # last journal sequence, found on first use
         #: bumped by every reclamation publish (under the overlay and insert locks):
@@ -644,20 +640,7 @@ class SarpStrategy(TombstoneOverlay):
             self.layer.read_raw_many, self.layer.count_corrupt,
             phases.phase(phases.ROUTING) if on else None,
             phases.phase(phases.VERIFY) if on else None)
-        windows, uses, before, after, retrieved, extra, spec, wasted, trips = counts
-        with self._stat_lock:
-            c = self._c
-            c["matches"] += 1
-            c["match_windows"] += windows
-            c["entry_uses"] += uses
-            c["cand_before"] += before
-            c["cand_after"] += after
-            c["retrieved"] += retrieved
-            c["match_reads"] += retrieved + wasted
-            c["extra_batches"] += extra
-            c["speculative_reads"] += spec
-            c["speculative_wasted"] += wasted
-            c["match_round_trips"] += trips
+        self._c.count_match(counts)
         full = pos - pos % S
         old = getattr(self._tl, "memo", None)
         if full:
@@ -720,7 +703,7 @@ class SarpStrategy(TombstoneOverlay):
             if self._after_plan is not None:
                 self._after_plan()
             if plan.writes:
-                with self._timed_lock:
+                with self._publish_lock():
                     if self._conflicts(plan):
                         # another insert published where this plan looked: plan again,
                         # under the lock (with what the store holds now)
@@ -732,28 +715,18 @@ class SarpStrategy(TombstoneOverlay):
                 if jobs:
                     self._run_jobs_unlocked(jobs)
         else:
-            with self._timed_lock:
+            with self._publish_lock():
                 plan = self._plan(x, xm, ws, memo if self._conflicts_memo(memo, x) is False
                                   else None, prev)
                 self._publish_plan(plan)
                 self._run_sync_jobs()
-        with self._stat_lock:
-            c = self._c
-            c["inserts"] += 1
-            c["insert_reads"] += plan.reads
-            if after_match:
-                c["inserts_after_match"] += 1
-                c["insert_reads_after_match"] += plan.reads
-            c["insert_windows_reused"] += reused // self.S
-            c["insert_windows_known"] += (ws - reused) // self.S
-            c["insert_segments_reused"] += plan.reused_seg
-            c["insert_records_reused"] += plan.reused_records
-            c["insert_replans"] += replanned
-            c["segments"] += len(plan.writes) - plan.ext
-            c["segments_copied"] += plan.cp
-            c["segments_extended"] += plan.ext
-            c["logical_blocks"] += plan.new_blocks
-            c["copied_blocks"] += plan.copied
+        self._c.count_insert(plan.counts, len(plan.writes), after_match, reused // self.S,
+                             (ws - reused) // self.S, replanned)
+
+    def _publish_lock(self):
+        """The insert lock, its waits timed as lock time while the phase clocks run (a
+        plain lock's own context manager otherwise, which costs less)."""
+        return self._timed_lock if phases._ON else self._insert_lock
 
     def _conflicts(self, plan) -> bool:
         """Whether a publish since ``plan.basis`` wrote a segment in a window the plan
@@ -885,9 +858,8 @@ class SarpStrategy(TombstoneOverlay):
 
     # ------------------------------------------------------------------ back-fill
     def _schedule(self, job) -> None:
-        with self._stat_lock:
-            self._c["jobs"] += 1
-            self._c["jobs_expand" if job[2] == 0 else "jobs_refine"] += 1
+        self._c.add("jobs")
+        self._c.add("jobs_expand" if job[2] == 0 else "jobs_refine")
         if self.opts["backfill"] == "sync":
             self._sync_jobs.append(job)
             return
@@ -916,7 +888,7 @@ class SarpStrategy(TombstoneOverlay):
                 job = jobs.pop(0)
                 epoch = self._reclaim_epoch
                 result = self._compute(job)
-                with self._timed_lock:
+                with self._publish_lock():
                     self._publish_computed(job, result, epoch)
                     jobs.extend(self._sync_jobs)        # the jobs this publish booked
                     self._sync_jobs = []
@@ -994,9 +966,8 @@ class SarpStrategy(TombstoneOverlay):
         if len(parts) > 1:
             parts = [tuple(np.concatenate(c) for c in zip(*parts))]
         keys, flts, sids = parts[0] if parts else _NO_POSTINGS
-        with self._stat_lock:
-            self._c["backfill_reads"] += len(segs)
-            self._c["backfill_postings"] += len(keys)
+        self._c.add("backfill_reads", len(segs))
+        self._c.add("backfill_postings", len(keys))
         return child, keys, flts, sids
 
     def _publish(self, job, result) -> None:
@@ -1329,8 +1300,7 @@ class SarpStrategy(TombstoneOverlay):
             self._wait_jobs_idle()
             self._run_sync_jobs()
             d = self.dir.dump()
-            with self._stat_lock:
-                c = dict(self._c)
+            c = self._c.as_dict()
             self._snap_seqs.append(self._journal_seq)
             meta = {"next_segment_id": self.layer._next_id, "journal_seq": self._journal_seq,
                     "counters": c, "routing_entries": int(len(d["keys"]))}
@@ -1341,8 +1311,7 @@ class SarpStrategy(TombstoneOverlay):
     def _restore_state(self, meta, sections):
         self.dir.load(*(sections[k] for k in self._SECTIONS))
         self._snap_seqs.append(int(meta.get("journal_seq", 0)))
-        with self._stat_lock:
-            self._c.update({k: int(v) for k, v in meta.get("counters", {}).items() if k in self._c})
+        self._c.restore(meta.get("counters", {}))
 
     def _reregister(self, records) -> int:
         """Register every decodable segment of ``records`` ((id, raw) pairs)."""
@@ -1415,8 +1384,7 @@ class SarpStrategy(TombstoneOverlay):
 
     # ------------------------------------------------------------------ stats
     def stats(self) -> dict:
-        with self._stat_lock:
-            c = dict(self._c)
+        c = self._c.as_dict()
         d = self.dir
         m = c["matches"] or 1
         uses = c["entry_uses"] or 1

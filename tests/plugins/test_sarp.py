@@ -1369,3 +1369,83 @@ def test_a_snapshot_recovers_segments_placed_in_runs_it_predates(tmp_path):
     assert new[0] > max(before) and new[0] % 16 == 0 and new == [new[0], new[0] + 1]
     r.close()
     s.close()
+
+
+# ----------------------------------------------------------------------------- counters
+_counter_ops = st.lists(st.one_of(
+    st.tuples(st.just("match"), st.tuples(*[st.integers(0, 1 << 20)] * 9)),
+    st.tuples(st.just("insert"), st.tuples(*[st.integers(0, 1 << 20)] * 7),
+              st.integers(0, 1 << 20), st.booleans(), st.integers(0, 1 << 10),
+              st.integers(0, 1 << 10), st.booleans()),
+    st.tuples(st.just("add"), st.sampled_from(_sarp_ref.COUNTER_NAMES),
+              st.integers(0, 1 << 20))), max_size=40)
+
+
+@SETTINGS
+@given(ops=_counter_ops)
+def test_counters_twins_add_the_same(ops):
+    """A match's, an insert's and a single counter's additions land on the same names in
+    the compiled counters and the reference."""
+    got = [_sarp.Counters(), _sarp_ref.Counters()]
+    for op in ops:
+        for c in got:
+            if op[0] == "match":
+                c.count_match(op[1])
+            elif op[0] == "insert":
+                c.count_insert(*op[1:])
+            else:
+                c.add(op[1], op[2])
+    assert got[0].as_dict() == got[1].as_dict()
+    assert list(got[0].as_dict()) == list(_sarp_ref.COUNTER_NAMES) == list(_sarp.COUNTER_NAMES)
+
+
+def test_counters_count_a_match_and_an_insert_by_name():
+    for mod in (_sarp, _sarp_ref):
+        c = mod.Counters()
+        c.count_match((2, 3, 40, 5, 4, 1, 6, 1, 2))
+        c.count_insert((3, 70, 10, 1, 2, 1, 4), 5, True, 2, 1, False)
+        d = c.as_dict()
+        assert (d["matches"], d["match_windows"], d["entry_uses"], d["cand_before"],
+                d["cand_after"], d["retrieved"], d["match_reads"], d["extra_batches"],
+                d["speculative_reads"], d["speculative_wasted"],
+                d["match_round_trips"]) == (1, 2, 3, 40, 5, 4, 5, 1, 6, 1, 2)
+        assert (d["inserts"], d["insert_reads"], d["inserts_after_match"],
+                d["insert_reads_after_match"], d["logical_blocks"], d["copied_blocks"],
+                d["segments_extended"], d["segments_copied"], d["insert_segments_reused"],
+                d["insert_records_reused"], d["segments"], d["insert_windows_reused"],
+                d["insert_windows_known"], d["insert_replans"]) == \
+            (1, 3, 1, 3, 70, 10, 1, 2, 1, 4, 4, 2, 1, 0)
+        c.count_insert((1, 0, 0, 0, 0, 0, 0), 1, False, 0, 0, True)
+        d = c.as_dict()
+        assert (d["inserts"], d["inserts_after_match"], d["insert_replans"]) == (2, 1, 1)
+
+
+def test_counters_restore_sets_known_names_and_refuse_unknown_ones():
+    for mod in (_sarp, _sarp_ref):
+        c = mod.Counters()
+        c.add("jobs", 3)
+        c.restore({"jobs": 7, "matches": 2, "not_a_counter": 9})
+        d = c.as_dict()
+        assert (d["jobs"], d["matches"]) == (7, 2) and "not_a_counter" not in d
+        with pytest.raises(KeyError):
+            c.add("not_a_counter")
+
+
+def test_counters_add_exactly_across_threads():
+    """Four threads each counting 5,000 matches lose none (the compiled twin adds with
+    the GIL held, the reference under its lock)."""
+    for mod in (_sarp, _sarp_ref):
+        c = mod.Counters()
+
+        def work():
+            for _ in range(5000):
+                c.count_match((1, 1, 1, 1, 1, 0, 0, 0, 1))
+                c.add("jobs")
+
+        threads = [threading.Thread(target=work) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        d = c.as_dict()
+        assert d["matches"] == d["match_windows"] == d["jobs"] == 20000
