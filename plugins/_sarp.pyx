@@ -47,17 +47,9 @@ from cpython.bytes cimport PyBytes_AS_STRING
 
 
 # ----------------------------------------------------------------------------- counters
-#: sarp's counters: those one match adds, those one insert adds, then the rest (the
-#: slots of the enum below follow this order)
-COUNTER_NAMES = (
-    "matches", "match_windows", "entry_uses", "cand_before", "cand_after", "retrieved",
-    "match_reads", "extra_batches", "speculative_reads", "speculative_wasted",
-    "match_round_trips",
-    "inserts", "insert_reads", "inserts_after_match", "insert_reads_after_match",
-    "insert_windows_reused", "insert_windows_known", "insert_segments_reused",
-    "insert_records_reused", "insert_replans", "segments", "segments_copied",
-    "segments_extended", "logical_blocks", "copied_blocks",
-    "jobs", "jobs_expand", "jobs_refine", "backfill_reads", "backfill_postings")
+# the counters' names, in slot order (the reference module holds the one list; the
+# enum below follows it)
+from prefixbench.plugins._sarp_ref import COUNTER_NAMES
 
 cdef enum:
     C_MATCHES, C_MATCH_WINDOWS, C_ENTRY_USES, C_CAND_BEFORE, C_CAND_AFTER, C_RETRIEVED,
