@@ -341,7 +341,7 @@ class SsdBlockHashStrategy(IndexStrategy):
         if not missing and not stale:
             self._count_insert(from_match, reads)
             return
-        with self._insert_lock:
+        with self._insert_lock.guard():
             if stale:
                 # a remove since the match may have taken blocks it found: probe them all
                 positions, r = self._missing_from(keys, 0)
@@ -402,7 +402,7 @@ class SsdBlockHashStrategy(IndexStrategy):
         raw = as_metas(metas, n, ms).tobytes()
         if check_known(known, n) == n:
             return
-        with self._insert_lock:
+        with self._insert_lock.guard():
             self._write_new(ids.tolist(), raw, range(known, n))
 
     def _write_new(self, keys: list, raw: bytes, positions) -> None:
@@ -430,7 +430,7 @@ class SsdBlockHashStrategy(IndexStrategy):
         if len(ids) == 0:
             return 0
         keys = list(dict.fromkeys(ids.tolist()))
-        with self._insert_lock:
+        with self._insert_lock.guard():
             present = [k for k, v in zip(keys, self.store.get_many(keys)) if v is not None]
             if present:
                 self.store.write_items((), present)
@@ -444,7 +444,7 @@ class SsdBlockHashStrategy(IndexStrategy):
         """Delete every block (one location: any worker is every worker), scanning the
         store in chunks so memory stays bounded."""
         check_worker("strategy ssd-blockhash.clear", worker, self.max_workers, True)
-        with self._insert_lock:
+        with self._insert_lock.guard():
             while True:
                 chunk = []
                 for k, _v in self.store.scan(0):

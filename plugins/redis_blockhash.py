@@ -135,7 +135,7 @@ class RedisBlockHashStrategy(IndexStrategy):
         m = as_metas(metas, len(ids), self.meta_size)
         if not len(ids):
             return
-        with self._insert_lock:
+        with self._insert_lock.guard():
             found, _ = _phases.timed_call(ROUTING, self._table.lookup, ids)
             new = np.flatnonzero(~found)
             if len(new):
@@ -146,14 +146,14 @@ class RedisBlockHashStrategy(IndexStrategy):
         m = as_metas(metas, len(ids), self.meta_size)
         if check_known(known, len(ids)) == len(ids):
             return
-        with self._insert_lock:
+        with self._insert_lock.guard():
             self._upload(ids, m, np.arange(known, len(ids)))
 
     def remove(self, block_ids: np.ndarray, worker: int | None = None) -> int:
         ids, _w = self._removal_args(block_ids, worker)
         if not len(ids):
             return 0
-        with self._insert_lock:
+        with self._insert_lock.guard():
             found, _ = self._table.lookup(ids)
             gone = np.unique(ids[found])
             removed = self._table.remove(gone) if len(gone) else 0
@@ -165,7 +165,7 @@ class RedisBlockHashStrategy(IndexStrategy):
 
     def clear(self, worker: int | None = None) -> None:
         check_worker("strategy redis-blockhash.clear", worker, self.max_workers, True)
-        with self._insert_lock:
+        with self._insert_lock.guard():
             self._table.clear()
             while True:
                 chunk = []

@@ -424,21 +424,17 @@ class _Plan:
     """An insert's decision (the hot module's ``insert_plan``): the records to write,
     in order, and what it cost to find them."""
 
-    __slots__ = ("writes", "after", "extended", "log", "counts", "reads", "new_blocks",
-                 "copied", "ext", "cp", "reused_seg", "reused_records", "basis", "_keys",
-                 "_looked")
+    __slots__ = ("writes", "after", "extended", "log", "counts", "basis", "_keys", "_looked")
 
     def __init__(self, planned=None):
         #: ``(segment id, start, ids, metas)`` per record, id 0 for a fresh one;
         #: ``after``: per fresh record, the segment before it on the sequence (an id,
         #: 0 unknown, or ``-(j + 1)`` for the plan's j-th fresh record); ``log``:
         #: ``(start, first block id)`` per record, what a conflict check compares
-        self.writes, self.after, self.extended, self.log, counts = (
+        #: ``counts``: what finding the records cost and saved, as ``insert_plan`` returns
+        #: it (``Counters.count_insert`` adds it)
+        self.writes, self.after, self.extended, self.log, self.counts = (
             planned if planned is not None else ([], [], [], [], (0,) * 7))
-        #: what finding the records cost and saved (``Counters.count_insert`` adds them)
-        self.counts = counts
-        (self.reads, self.new_blocks, self.copied, self.ext, self.cp, self.reused_seg,
-         self.reused_records) = counts
         self.basis = 0
         self._keys: frozenset | None = frozenset()
         self._looked = None
@@ -703,7 +699,7 @@ class SarpStrategy(TombstoneOverlay):
             if self._after_plan is not None:
                 self._after_plan()
             if plan.writes:
-                with self._publish_lock():
+                with self._timed_lock.guard():
                     if self._conflicts(plan):
                         # another insert published where this plan looked: plan again,
                         # under the lock (with what the store holds now)
@@ -715,18 +711,13 @@ class SarpStrategy(TombstoneOverlay):
                 if jobs:
                     self._run_jobs_unlocked(jobs)
         else:
-            with self._publish_lock():
+            with self._timed_lock.guard():
                 plan = self._plan(x, xm, ws, memo if self._conflicts_memo(memo, x) is False
                                   else None, prev)
                 self._publish_plan(plan)
                 self._run_sync_jobs()
         self._c.count_insert(plan.counts, len(plan.writes), after_match, reused // self.S,
                              (ws - reused) // self.S, replanned)
-
-    def _publish_lock(self):
-        """The insert lock, its waits timed as lock time while the phase clocks run (a
-        plain lock's own context manager otherwise, which costs less)."""
-        return self._timed_lock if phases._ON else self._insert_lock
 
     def _conflicts(self, plan) -> bool:
         """Whether a publish since ``plan.basis`` wrote a segment in a window the plan
@@ -888,7 +879,7 @@ class SarpStrategy(TombstoneOverlay):
                 job = jobs.pop(0)
                 epoch = self._reclaim_epoch
                 result = self._compute(job)
-                with self._publish_lock():
+                with self._timed_lock.guard():
                     self._publish_computed(job, result, epoch)
                     jobs.extend(self._sync_jobs)        # the jobs this publish booked
                     self._sync_jobs = []

@@ -233,7 +233,7 @@ class SegmentHashStrategy(TombstoneOverlay):
         m = as_metas(metas, n, ms)
         if n == 0:
             return
-        with self._insert_lock:
+        with self._insert_lock.guard():
             d, parts, reads, _, corrupt = self._find(q, start)
             with self._count_lock:
                 self._insert_reads += reads

@@ -209,6 +209,21 @@ def test_timed_lock_records_nothing_without_a_wait_or_when_off():
     assert phases.totals() == {}
 
 
+def test_timed_lock_guard_is_the_plain_lock_when_off_and_times_waits_when_on():
+    raw = threading.Lock()
+    lock = phases.TimedLock(raw)
+    assert lock.guard() is raw              # off: the plain lock's own context manager
+    with lock.guard():
+        assert raw.locked()
+    assert not raw.locked() and phases.totals() == {}
+    contended = phases.TimedLock(_ContendedLock())
+    phases.enable()
+    assert contended.guard() is contended
+    with contended.guard():                 # on, contended: the wait is timed as lock
+        pass
+    assert "lock" in phases.totals() and phases.switches() == 1
+
+
 # ----------------------------------------------------------------------------- engines
 def test_engine_calls_time_themselves(fake_clock):
     store = MemoryStore(StoreConfig())
