@@ -654,7 +654,7 @@ class SarpStrategy(TombstoneOverlay):
 
     # ------------------------------------------------------------------ insert
     def insert_known_prefix(self, block_ids: np.ndarray, metas: np.ndarray, known: int) -> None:
-        """``insert``, planning from the window that holds block ``known``.
+        """``insert``, planning from the window that holds block ``known - 1``.
 
         The caller vouches that the first ``known`` blocks are indexed, and every
         insert stores each window of its sequence whole, so each whole window
@@ -689,8 +689,12 @@ class SarpStrategy(TombstoneOverlay):
             # ids make that this sequence's prefix, and no pass has run since (epoch)
             ws, prev = memo.full, memo.full_id
         reused = ws
-        if known - known % self.S > ws:
-            ws, prev = known - known % self.S, 0    # (0: the segment before is not known)
+        # the window holding the last known block: where the known prefix ends on a
+        # window boundary, the plan then reads the last whole window and learns the
+        # segment the new windows follow (else they would open an id run)
+        kw = (known - 1) // self.S * self.S if known else 0
+        if kw > ws:
+            ws, prev = kw, 0                # (0: the segment before is not known)
         if not self.insert_reuse:
             memo = None
         replanned = False

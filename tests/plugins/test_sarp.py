@@ -1343,6 +1343,24 @@ def test_id_runs_give_each_growing_conversation_consecutive_ids(runs):
     s.close()
 
 
+def test_a_bulk_load_keeps_consecutive_ids_where_the_known_prefix_ends_on_a_window():
+    """``insert_known_prefix`` learns the segment its new windows follow even when the
+    known prefix ends exactly on a window boundary (no window of the plan is stored)."""
+    store = MemoryStore()
+    s = SarpStrategy(store, dict(SMALL, id_runs=8), meta_size=MS)
+    a, b = list(range(1, 61)), list(range(1001, 1061))
+    for n, known in [(16, 0), (24, 16), (40, 24), (44, 40)]:    # 16, 24, 40: whole windows
+        for toks in (a, b):                                  # interleaved, as a load runs
+            ids = ids_of(toks[:n])
+            s.insert_known_prefix(ids, metas_of(ids, n), known)
+    ia, ib = _ids_of_conversation(store, a[:44]), _ids_of_conversation(store, b[:44])
+    assert ia == list(range(ia[0], ia[0] + 6)) and ib == list(range(ib[0], ib[0] + 6))
+    assert s.stats()["id_runs_opened"] == 2
+    hit = s.match(ids_of(a[:44]))
+    assert hit.n_blocks == 44
+    s.close()
+
+
 def test_a_snapshot_recovers_segments_placed_in_runs_it_predates(tmp_path):
     """Ids a run hands out after a snapshot lie below the first id the snapshot does
     not cover: recovery finds them through the journal."""
