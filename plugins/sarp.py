@@ -122,7 +122,9 @@ its sequence when that id is the last one its run has handed out, else it
 opens a run (:meth:`SegmentLayer.new_ids_after`).  The insert knows each
 predecessor from its plan (a stored window, the segment it extends, or a new
 segment of the same plan) and, for the windows it skips, from its match
-(``_Memo.full_id``).  A copy made where a sequence diverges inside a window
+(``_Memo.full_id``); a bulk insert plans from the window holding its last known
+block, so even a known prefix that ends on a window boundary gives its
+predecessor.  A copy made where a sequence diverges inside a window
 opens a run (its predecessor's successor is taken), and the branch's later
 windows follow it.  Ids then no longer follow publish order, so an id placed
 in a run opened by an earlier publish is journalled with the extensions (a
