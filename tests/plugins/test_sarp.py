@@ -1346,7 +1346,8 @@ def test_id_runs_give_each_growing_conversation_consecutive_ids(runs):
 
 def test_a_bulk_load_keeps_consecutive_ids_where_the_known_prefix_ends_on_a_window():
     """``insert_known_prefix`` learns the segment its new windows follow even when the
-    known prefix ends exactly on a window boundary (no window of the plan is stored)."""
+    known prefix ends exactly on a window boundary (the window holding block ``known``
+    is new, so the plan reads the whole window before it)."""
     store = MemoryStore()
     s = SarpStrategy(store, dict(SMALL, id_runs=8), meta_size=MS)
     a, b = list(range(1, 61)), list(range(1001, 1061))
