@@ -286,6 +286,13 @@ class SegmentStore(abc.ABC):
             self._sync()
         self._stats.syncs += 1
 
+    def write_mark(self):
+        """A mark that differs from every earlier one once a write has landed since it
+        was read, or None where the engine keeps none.  Two equal marks of one store
+        (or of a checkpoint and its clones) mean nothing was written in between: a
+        snapshot may then trust in-memory state it cannot find again in the store."""
+        return None
+
     def size_on_disk(self) -> int:
         """Bytes the store's data occupies on disk (allocated blocks), 0 if in memory."""
         return self._size_on_disk()

@@ -3,8 +3,8 @@
 Fixtures apart from tests, as in fsspec's ``tests/abstract``:
 :class:`EngineFixtures` opens the engine under test, and each mixin checks
 one behaviour (:class:`RoundTripTests`, :class:`ScanTests`,
-:class:`PersistenceTests`, :class:`CheckpointTests`, :class:`BadPathTests`,
-:class:`StatsTests`, :class:`ThreadTests`, :class:`KillTests`).  :class:`EngineConformance` is
+:class:`PersistenceTests`, :class:`CheckpointTests`, :class:`WriteMarkTests`,
+:class:`BadPathTests`, :class:`StatsTests`, :class:`ThreadTests`, :class:`KillTests`).  :class:`EngineConformance` is
 all of them.  A plugin author's test file::
 
     import pytest
@@ -324,6 +324,43 @@ class CheckpointTests:
         assert open_engine(path=tmp_path / "a", create=False).get(list(expect)[0]) is None
 
 
+class WriteMarkTests:
+    """Where an engine keeps a write mark, every write batch moves it to a value not seen
+    before and nothing else moves it; a checkpoint's clones open at the checkpoint's
+    mark.  Engines that keep none (``write_mark()`` None) are skipped."""
+
+    def test_write_mark_moves_with_every_write_and_nothing_else(self, store):
+        if store.write_mark() is None:
+            pytest.skip(f"engine {store.name} keeps no write mark")
+        seen = [store.write_mark()]
+        for write in (lambda: store.put(1, b"a"), lambda: store.put_many([(2, b"b"), (3, b"c")]),
+                      lambda: store.delete(1), lambda: store.write_items([(4, b"d")], [2])):
+            write()
+            mark = store.write_mark()
+            assert mark not in seen
+            seen.append(mark)
+            store.get(3)
+            store.get_many([1, 3, 4])
+            list(store.scan())
+            store.sync()
+            store.flush()
+            store.settle(timeout=60)
+            assert store.write_mark() == mark
+
+    def test_checkpoint_clones_open_at_its_mark(self, open_engine, store, tmp_path):
+        if store.write_mark() is None or not store.checkpoints:
+            pytest.skip(f"engine {store.name} keeps no write mark or cannot checkpoint")
+        store.put_many((k, b"v" * k) for k in range(1, 200))
+        mark = store.write_mark()
+        store.checkpoint(tmp_path / "checkpoint")
+        assert store.write_mark() == mark
+        type(store).clone_checkpoint(tmp_path / "checkpoint", tmp_path / "clone")
+        clone = open_engine(path=tmp_path / "clone", create=False)
+        assert clone.write_mark() == mark
+        clone.put(500, b"after")
+        assert clone.write_mark() != mark
+
+
 class BadPathTests:
     """A bad path is one clear line naming it, and nothing already there is touched."""
 
@@ -508,5 +545,6 @@ class KillTests:
 
 
 class EngineConformance(EngineFixtures, RoundTripTests, ScanTests, PersistenceTests,
-                        CheckpointTests, BadPathTests, StatsTests, ThreadTests, KillTests):
+                        CheckpointTests, WriteMarkTests, BadPathTests, StatsTests, ThreadTests,
+                        KillTests):
     """The whole kit: subclass and override ``engine_factory`` or ``engine_name``."""

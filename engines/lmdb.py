@@ -230,6 +230,11 @@ class LmdbStore(SegmentStore):
         """Current map size in bytes (grows on demand)."""
         return self._env.info()["map_size"]
 
+    def write_mark(self) -> int:
+        """LMDB's last committed transaction id, which its consistent copy keeps."""
+        with self._write_lock:
+            return self._env.info()["last_txnid"]
+
     def _sync(self):
         self._env.sync(True)
 

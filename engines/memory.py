@@ -22,6 +22,7 @@ class MemoryStore(SegmentStore):
         self._keys_dirty = False
         self._lock = threading.Lock()
         self._bytes = 0
+        self._batches = 0                   # write batches applied (the write mark)
 
     def _get(self, key):
         return self._data.get(key)
@@ -32,6 +33,7 @@ class MemoryStore(SegmentStore):
 
     def _write(self, puts, deletes):
         with self._lock:
+            self._batches += 1
             data = self._data
             for k, v in puts:
                 old = data.get(k)
@@ -46,6 +48,10 @@ class MemoryStore(SegmentStore):
                 if old is not None:
                     self._bytes -= len(old)
                     self._keys_dirty = True
+
+    def write_mark(self) -> int:
+        """Write batches applied so far."""
+        return self._batches
 
     def _scan(self, start, end):
         with self._lock:

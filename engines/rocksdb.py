@@ -326,6 +326,11 @@ class RocksDBStore(SegmentStore):
     def flush(self):
         self._db.flush(True)        # memtables -> SST files, waiting for the flush
 
+    def write_mark(self) -> int:
+        """RocksDB's last sequence number: every write adds to it, flushes and
+        compactions do not, and a checkpoint keeps it."""
+        return self._db.latest_sequence_number()
+
     #: properties that say a flush or compaction is still owed or running
     _BACKGROUND = ("rocksdb.compaction-pending", "rocksdb.num-running-compactions",
                    "rocksdb.num-running-flushes", "rocksdb.mem-table-flush-pending")
