@@ -1299,13 +1299,18 @@ class SarpStrategy(TombstoneOverlay):
             d = self.dir.dump()
             c = self._c.as_dict()
             self._snap_seqs.append(self._journal_seq)
-            meta = {"next_segment_id": self.layer._next_id, "journal_seq": self._journal_seq,
+            runs, slots = self.layer.run_state()
+            meta = {**runs, "journal_seq": self._journal_seq,
                     "counters": c, "routing_entries": int(len(d["keys"]))}
         d["visible"] = d["visible"].astype(np.uint8)
         d["segs"] = d["segs"].astype(np.uint32)
-        return meta, {k: d[k] for k in self._SECTIONS}
+        return meta, {**{k: d[k] for k in self._SECTIONS}, "run_slots": slots}
 
     def _restore_state(self, meta, sections):
+        # first, before anything here writes: the id runs hold only if the store is
+        # as the snapshot saw it
+        self._runs_reopened = "run_slots" in sections and self.layer.restore_runs(
+            meta, sections["run_slots"])
         self.dir.load(*(sections[k] for k in self._SECTIONS))
         self._snap_seqs.append(int(meta.get("journal_seq", 0)))
         self._c.restore(meta.get("counters", {}))
@@ -1370,7 +1375,8 @@ class SarpStrategy(TombstoneOverlay):
         with self._insert_lock:
             self._journal_seq = max(last_j, last_r)
         self.drain()
-        return {"segments_rescanned": later, "segments_from_journal": journal}
+        return {"segments_rescanned": later, "segments_from_journal": journal,
+                "id_runs_reopened": self._runs_reopened and not later}
 
     def _rebuild_from_store(self):
         n = self._reregister(self._scan(1, SEGMENT_KEY_LIMIT))

@@ -556,9 +556,14 @@ class SegmentRadixStrategy(TombstoneOverlay):
                     "spill_reads": nodes.spill_reads, "spill_writes": nodes.spill_writes}
             if nodes.capped and self.store is not None:
                 self.store.sync()                       # the records the snapshot relies on
-        return meta, {"nodes": rows, "edges": edges}
+            runs, slots = self.layer.run_state()
+        return {**meta, **runs}, {"nodes": rows, "edges": edges, "run_slots": slots}
 
     def _restore_state(self, meta, sections):
+        # first, before trimming the tree spills a node: the id runs hold only if the
+        # store is as the snapshot saw it
+        self._runs_reopened = "run_slots" in sections and self.layer.restore_runs(
+            meta, sections["run_slots"])
         rows, edges = sections["nodes"], sections["edges"]
         if rows.ndim != 2 or rows.shape[1] not in (6, 7) or edges.ndim != 2 \
                 or edges.shape[1] != 3:
@@ -592,7 +597,7 @@ class SegmentRadixStrategy(TombstoneOverlay):
         nodes.trim()
 
     def _catch_up(self, meta: dict) -> dict:
-        return {"nodes_deserialized": self._deserialized}
+        return {"nodes_deserialized": self._deserialized, "id_runs_reopened": self._runs_reopened}
 
     # ------------------------------------------------------------------ stats
     def stats(self) -> dict:

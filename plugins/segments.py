@@ -217,10 +217,41 @@ class SegmentLayer:
 
     def resume_at(self, next_id: int) -> None:
         """Set the next id from a complete ordered scan of the segment key space
-        (recovery), sparing the store search; ``next_id`` must exceed every stored id."""
+        (recovery), sparing the store search; ``next_id`` must exceed every stored id.
+        The id runs close, unless ``next_id`` is the one :meth:`restore_runs` set."""
         with self._id_lock:
-            self._next = max(int(next_id), 1)
-            self._run_slots, self._run0 = bytearray(), None
+            next_id = max(int(next_id), 1)
+            if next_id != self._next:
+                self._run_slots, self._run0 = bytearray(), None
+            self._next = next_id
+
+    def run_state(self) -> tuple[dict, np.ndarray]:
+        """The id runs for a snapshot: ``({"next_segment_id", "first_run",
+        "store_mark"}, slots)``, read together with the store's write mark."""
+        with self._id_lock:
+            mark = self.store.write_mark() if self.store is not None else None
+            meta = {"next_segment_id": self._next_id, "first_run": self._run0,
+                    "store_mark": mark}
+            return meta, np.frombuffer(bytes(self._run_slots), dtype=np.uint8)
+
+    def restore_runs(self, meta: dict, slots) -> bool:
+        """Reopen the id runs :meth:`run_state` saved, if the store's write mark is still
+        the one saved with them (nothing written since, so no id they hold free was
+        handed out).  Otherwise, or for a state without them, leave the runs closed
+        (new ids open new runs).  True if reopened."""
+        mark = meta.get("store_mark")
+        if mark is None or "first_run" not in meta or self.store is None \
+                or self.store.write_mark() != mark:
+            return False
+        slots = np.asarray(slots)
+        if slots.dtype != np.uint8 or slots.ndim != 1:
+            raise ValueError("id run slots must be a 1-d uint8 array")
+        r0 = meta["first_run"]
+        with self._id_lock:
+            self._next = max(int(meta["next_segment_id"]), 1)
+            self._run0 = None if r0 is None else int(r0)
+            self._run_slots = bytearray(slots.tobytes()) if r0 is not None else bytearray()
+        return True
 
     def _recover_next_id(self) -> int:
         """One past the largest key in the segment key space (1 for an empty store)."""

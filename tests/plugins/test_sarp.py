@@ -1391,6 +1391,28 @@ def test_a_snapshot_recovers_segments_placed_in_runs_it_predates(tmp_path):
     s.close()
 
 
+def test_a_snapshot_of_the_store_as_it_still_is_keeps_the_id_runs_open(tmp_path):
+    """Recovered from a snapshot with nothing written since (a sweep's loaded state,
+    cloned), the index places each conversation's next windows right after its
+    earlier ones, as it would have without the recovery."""
+    store = MemoryStore()
+    opts = dict(SMALL, id_runs=8)
+    s = SarpStrategy(store, opts, meta_size=MS)
+    a, b = list(range(1, 61)), list(range(1001, 1061))
+    for toks in (a, b):
+        _turns(s, toks, [20])
+    s.snapshot(tmp_path)
+    r = SarpStrategy.recover(store, tmp_path, opts, meta_size=MS)
+    for toks in (a, b):
+        _turns(r, toks, [44])
+    ia, ib = _ids_of_conversation(store, a[:44]), _ids_of_conversation(store, b[:44])
+    assert ia == list(range(ia[0], ia[0] + 6)) and ib == list(range(ib[0], ib[0] + 6))
+    assert s.stats()["id_runs_opened"] == 2 and r.stats()["id_runs_opened"] == 0
+    assert r.match(ids_of(b[:44])).n_blocks == 44
+    r.close()
+    s.close()
+
+
 # ----------------------------------------------------------------------------- counters
 _counter_ops = st.lists(st.one_of(
     st.tuples(st.just("match"), st.tuples(*[st.integers(0, 1 << 20)] * 9)),

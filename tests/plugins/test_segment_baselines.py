@@ -326,6 +326,41 @@ def test_segment_radix_gives_a_growing_conversation_consecutive_ids(runs):
     assert s.match(ids).n_blocks == len(ids) and s.stats()["id_runs"] == 4
 
 
+@pytest.mark.parametrize("write_after", [False, True])
+def test_segment_radix_recovered_from_the_store_as_it_still_is_keeps_its_id_runs(
+        tmp_path, write_after):
+    """A snapshot of the store as it still is (a sweep's loaded state, cloned) gives the
+    recovered tree its id runs back: the conversations' later windows continue them.
+    After any write since the snapshot the runs stay closed, since an id they hold
+    free may have been handed out: new windows then open runs above every stored id."""
+    store = MemoryStore()
+    opts = {"S": 4, "cap_nodes": 2, "id_runs": 8}
+    s = CappedSegmentRadixStrategy(store, opts)
+    a, b = list(range(1, 31)), list(range(1001, 1031))
+    for conv in (a, b):
+        ids = ids_of(conv[:10])
+        s.insert(ids, metas_of(ids, 10))
+    s.snapshot(tmp_path)
+    if write_after:
+        ids = ids_of(list(range(5001, 5006)))
+        s.insert(ids, metas_of(ids, 1))
+    top = max(k for k, _ in store.scan(1, 1 << 56))
+    r = _recover(CappedSegmentRadixStrategy, store, tmp_path, opts)
+    for conv in (a, b):
+        ids = ids_of(conv[:22])
+        r.insert(ids, metas_of(ids, 22))
+    where = {(seg.start, int(seg.ids[0])): k for k, v in
+             store.scan(1, 1 << 56) for seg in [decode_segment(v, MS)]}
+    for conv in (a, b):
+        x = ids_of(conv[:22])
+        w = [where[(p, int(x[p]))] for p in range(0, 22, 4)]
+        if write_after:
+            assert w[3] > top and w[3] % 8 == 0 and w[3:] == [w[3], w[3] + 1, w[3] + 2]
+        else:
+            assert w == list(range(w[0], w[0] + 6))
+        assert r.match(x).n_blocks == 22
+
+
 def test_segment_radix_capped_spills_to_key_space_2_and_reads_back():
     store = MemoryStore()
     capped = CappedSegmentRadixStrategy(store, {"S": 4, "cap_nodes": 2})
