@@ -128,8 +128,11 @@ predecessor.  A copy made where a sequence diverges inside a window
 opens a run (its predecessor's successor is taken), and the branch's later
 windows follow it.  Ids then no longer follow publish order, so an id placed
 in a run opened by an earlier publish is journalled with the extensions (a
-snapshot taken since may not cover it); a recovered index opens runs above
-every stored id.  ``K=0`` keeps ids in publish order.
+snapshot taken since may not cover it).  A snapshot keeps the runs with the
+store's write mark (:meth:`SegmentStore.write_mark`): recovered from a store
+nothing was written to since (a sweep's clone of its loaded state), the index
+goes on filling them; otherwise it opens runs above every stored id.  ``K=0``
+keeps ids in publish order.
 
 Decision: ``K=64`` is the default (with ``batch_windows=64``), for sarp and the
 segment-radix baselines alike (the placement is the shared segment layer's,

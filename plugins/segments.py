@@ -189,7 +189,8 @@ class SegmentLayer:
         self._count_lock = threading.Lock()
         self._next: int | None = None   # found in the store on first use (see _next_id)
         #: id runs (see new_ids_after): next free slot of each run opened since
-        #: ``_run0`` (runs opened earlier, or before a recovery, count as closed)
+        #: ``_run0`` (runs opened earlier count as closed, and so do those of a
+        #: snapshot that :meth:`restore_runs` could not reopen)
         self._run_slots = bytearray()
         self._run0: int | None = None
         self.ids_continued = 0       # fresh ids placed right after their predecessor
