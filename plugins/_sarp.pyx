@@ -1719,41 +1719,48 @@ def match_run(d, qobj, Py_ssize_t S, Py_ssize_t budget, Py_ssize_t k,
                 trips += 1
             spec += total - sizes[0]
         lo = 0
-        for t in range(nplan):
-            route = <_Route>routes[t]
-            first = None
-            if batched:
-                m = sizes[t]
-                if m:
-                    first = allraws[lo:lo + m]
-                lo += m
-            windows += 1
-            res = _settle(route, q + pos, S if n - pos > S else n - pos, pos, budget,
-                          filtering, sequential, S, meta_size, None, first, read,
-                          count_corrupt, verify_phase)
-            v = res[0]
-            info = res[2]
-            if res[3] and v < S:
-                raws_by_window[pos] = res[3]    # the window an insert will route again
-            if info is not None:
-                uses += 1
-                before += info[0]
-                after += info[1]
-                retrieved += info[2]
-                extra += info[3] - 1
-                trips += info[3] - (first is not None)
-            if v:
-                _copy_metas(res[1][0], v, meta_size, op + pos * meta_size)
-                last_id = res[1][1]
-                if v == S:
-                    full_id = last_id
-                pos += v
-            if v < S or pos >= n:
+        # the plan's windows verified in one phase too (the metadata copy with them)
+        if verify_phase is not None:
+            verify_phase.__enter__()
+        try:
+            for t in range(nplan):
+                route = <_Route>routes[t]
+                first = None
                 if batched:
-                    for u in range(t + 1, nplan):
-                        wasted += sizes[u]
-                done = True
-                break
+                    m = sizes[t]
+                    if m:
+                        first = allraws[lo:lo + m]
+                    lo += m
+                windows += 1
+                res = _settle(route, q + pos, S if n - pos > S else n - pos, pos, budget,
+                              filtering, sequential, S, meta_size, None, first, read,
+                              count_corrupt, None)
+                v = res[0]
+                info = res[2]
+                if res[3] and v < S:
+                    raws_by_window[pos] = res[3]    # the window an insert will route again
+                if info is not None:
+                    uses += 1
+                    before += info[0]
+                    after += info[1]
+                    retrieved += info[2]
+                    extra += info[3] - 1
+                    trips += info[3] - (first is not None)
+                if v:
+                    _copy_metas(res[1][0], v, meta_size, op + pos * meta_size)
+                    last_id = res[1][1]
+                    if v == S:
+                        full_id = last_id
+                    pos += v
+                if v < S or pos >= n:
+                    if batched:
+                        for u in range(t + 1, nplan):
+                            wasted += sizes[u]
+                    done = True
+                    break
+        finally:
+            if verify_phase is not None:
+                verify_phase.__exit__(None, None, None)
     return (pos, out[:pos], last_id, full_id, raws_by_window,
             (windows, uses, before, after, retrieved, extra, spec, wasted, trips))
 

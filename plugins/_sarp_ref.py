@@ -282,13 +282,16 @@ def match_run(d, q, S: int, budget: int, k: int, filtering: bool, sequential: bo
     (:func:`first_batch`) is fetched in one ``read``, then settled in order; the
     groups of windows after the one that ended the match are wasted speculative
     reads.  ``routing_phase`` / ``verify_phase``: contexts timing routing and
-    verification, or None.  Returns ``(pos, metas, last_id, full_id,
+    verification, or None; each is one phase for a plan's windows (verification
+    takes in the metadata copy and the bookkeeping between windows), since a
+    clock switch per window would cost about 5% of a long match.  Returns ``(pos, metas, last_id, full_id,
     raws_by_window, counts)``: the matched blocks, their metadata (``pos`` rows),
     the segment the last verified block came from, the last segment verified whole,
     ``{window start: records in hand}`` of a window that verified short, and
     ``(windows, entry uses, candidates before and after filtering, retrieved, extra
     batches, speculative reads, wasted ones, round trips)``."""
     timed = routing_phase if routing_phase is not None else contextlib.nullcontext()
+    vtimed = verify_phase if verify_phase is not None else contextlib.nullcontext()
     q = np.ascontiguousarray(q, dtype=np.uint64)
     if not 1 <= k <= 64:
         raise ValueError("match_run: k must be in 1..64")
@@ -326,30 +329,31 @@ def match_run(d, q, S: int, budget: int, k: int, filtering: bool, sequential: bo
                 lo += m
         else:
             plan, sizes = [(routes[0], None)], [0]
-        for t, (route, first) in enumerate(plan):
-            windows += 1
-            v, best, info, seen = settle(route, q[pos:pos + S], pos, budget, filtering,
-                                         sequential, S, meta_size, None, first, read,
-                                         count_corrupt, verify_phase)
-            if seen and v < S:
-                raws_by_window[pos] = seen
-            if info is not None:
-                uses += 1
-                before += info[0]
-                after += info[1]
-                retrieved += info[2]
-                extra += info[3] - 1
-                trips += info[3] - (first is not None)
-            if v:
-                parts.append(_segments_ref.metas_prefix(bytes(best[0]), v, meta_size))
-                last_id = best[1]
-                if v == S:
-                    full_id = last_id
-                pos += v
-            if v < S or pos >= n:
-                wasted += sum(sizes[t + 1:])
-                done = True
-                break
+        with vtimed:
+            for t, (route, first) in enumerate(plan):
+                windows += 1
+                v, best, info, seen = settle(route, q[pos:pos + S], pos, budget, filtering,
+                                             sequential, S, meta_size, None, first, read,
+                                             count_corrupt, None)
+                if seen and v < S:
+                    raws_by_window[pos] = seen
+                if info is not None:
+                    uses += 1
+                    before += info[0]
+                    after += info[1]
+                    retrieved += info[2]
+                    extra += info[3] - 1
+                    trips += info[3] - (first is not None)
+                if v:
+                    parts.append(_segments_ref.metas_prefix(bytes(best[0]), v, meta_size))
+                    last_id = best[1]
+                    if v == S:
+                        full_id = last_id
+                    pos += v
+                if v < S or pos >= n:
+                    wasted += sum(sizes[t + 1:])
+                    done = True
+                    break
     metas = np.concatenate(parts) if parts else np.empty((0, meta_size), np.uint8)
     return (pos, metas.reshape(pos, meta_size), last_id, full_id, raws_by_window,
             (windows, uses, before, after, retrieved, extra, spec, wasted, trips))
