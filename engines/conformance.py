@@ -4,8 +4,8 @@ Fixtures apart from tests, as in fsspec's ``tests/abstract``:
 :class:`EngineFixtures` opens the engine under test, and each mixin checks
 one behaviour (:class:`RoundTripTests`, :class:`ScanTests`,
 :class:`PersistenceTests`, :class:`CheckpointTests`, :class:`WriteMarkTests`,
-:class:`BadPathTests`, :class:`StatsTests`, :class:`ThreadTests`, :class:`KillTests`).  :class:`EngineConformance` is
-all of them.  A plugin author's test file::
+:class:`BadPathTests`, :class:`StatsTests`, :class:`ThreadTests`,
+:class:`KillTests`).  :class:`EngineConformance` is all of them.  A plugin author's test file::
 
     import pytest
     from prefixbench.engines.conformance import EngineConformance

@@ -284,8 +284,8 @@ def match_run(d, q, S: int, budget: int, k: int, filtering: bool, sequential: bo
     reads.  ``routing_phase`` / ``verify_phase``: contexts timing routing and
     verification, or None; each is one phase for a plan's windows (verification
     takes in the metadata copy and the bookkeeping between windows), since a
-    clock switch per window would cost about 5% of a long match.  Returns ``(pos, metas, last_id, full_id,
-    raws_by_window, counts)``: the matched blocks, their metadata (``pos`` rows),
+    clock switch per window would cost about 5% of a long match.  Returns ``(pos,
+    metas, last_id, full_id, raws_by_window, counts)``: the matched blocks, their metadata (``pos`` rows),
     the segment the last verified block came from, the last segment verified whole,
     ``{window start: records in hand}`` of a window that verified short, and
     ``(windows, entry uses, candidates before and after filtering, retrieved, extra

@@ -1312,8 +1312,7 @@ class SarpStrategy(TombstoneOverlay):
     def _restore_state(self, meta, sections):
         # first, before anything here writes: the id runs hold only if the store is
         # as the snapshot saw it
-        self._runs_reopened = "run_slots" in sections and self.layer.restore_runs(
-            meta, sections["run_slots"])
+        self._runs_reopened = self.layer.restore_runs(meta, sections.get("run_slots"))
         self.dir.load(*(sections[k] for k in self._SECTIONS))
         self._snap_seqs.append(int(meta.get("journal_seq", 0)))
         self._c.restore(meta.get("counters", {}))

@@ -562,8 +562,7 @@ class SegmentRadixStrategy(TombstoneOverlay):
     def _restore_state(self, meta, sections):
         # first, before trimming the tree spills a node: the id runs hold only if the
         # store is as the snapshot saw it
-        self._runs_reopened = "run_slots" in sections and self.layer.restore_runs(
-            meta, sections["run_slots"])
+        self._runs_reopened = self.layer.restore_runs(meta, sections.get("run_slots"))
         rows, edges = sections["nodes"], sections["edges"]
         if rows.ndim != 2 or rows.shape[1] not in (6, 7) or edges.ndim != 2 \
                 or edges.shape[1] != 3:

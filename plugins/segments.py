@@ -235,13 +235,13 @@ class SegmentLayer:
                     "store_mark": mark}
             return meta, np.frombuffer(bytes(self._run_slots), dtype=np.uint8)
 
-    def restore_runs(self, meta: dict, slots) -> bool:
+    def restore_runs(self, meta: dict, slots=None) -> bool:
         """Reopen the id runs :meth:`run_state` saved, if the store's write mark is still
         the one saved with them (nothing written since, so no id they hold free was
-        handed out).  Otherwise, or for a state without them, leave the runs closed
-        (new ids open new runs).  True if reopened."""
+        handed out).  Otherwise, or for a state without them (``slots`` None), leave
+        the runs closed (new ids open new runs).  True if reopened."""
         mark = meta.get("store_mark")
-        if mark is None or "first_run" not in meta or self.store is None \
+        if slots is None or mark is None or "first_run" not in meta or self.store is None \
                 or self.store.write_mark() != mark:
             return False
         slots = np.asarray(slots)

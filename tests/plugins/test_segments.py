@@ -459,3 +459,20 @@ def test_id_runs_restart_above_every_stored_id_and_treat_old_runs_as_closed():
     layer.resume_at(100)
     assert layer.new_ids_after([ids[-1]], 16)[0] == [112]
 
+
+
+def test_restore_runs_refuses_a_malformed_slot_table_and_keeps_the_runs_closed():
+    """A snapshot's run slots of the wrong type are one ValueError (recovery turns it
+    into a SnapshotError line); a missing table or a moved write mark reopen nothing."""
+    store = MemoryStore()
+    layer = SegmentLayer(store, 8, 4)
+    opened, _ = layer.new_ids_after([0, 0], 8)             # two runs, one id used in each
+    meta, slots = layer.run_state()
+    again = SegmentLayer(store, 8, 4)
+    with pytest.raises(ValueError, match="1-d uint8"):
+        again.restore_runs(meta, slots.astype(np.int64))
+    assert not again.restore_runs(meta, None)
+    store.put(1 << 40, b"x")
+    assert not again.restore_runs(meta, slots)
+    assert again.new_ids_after([opened[0]], 8)[0] != [opened[0] + 1]   # a run of its own
+    assert store.get(1 << 40) == b"x"
