@@ -54,11 +54,12 @@ from prefixbench.plugins._sarp_ref import COUNTER_NAMES
 cdef enum:
     C_MATCHES, C_MATCH_WINDOWS, C_ENTRY_USES, C_CAND_BEFORE, C_CAND_AFTER, C_RETRIEVED,
     C_MATCH_READS, C_EXTRA_BATCHES, C_SPEC_READS, C_SPEC_WASTED, C_ROUND_TRIPS,
+    C_HIDDEN_ROUTES,
     C_INSERTS, C_INSERT_READS, C_INSERTS_AFTER_MATCH, C_INSERT_READS_AFTER_MATCH,
     C_WINDOWS_REUSED, C_WINDOWS_KNOWN, C_SEGMENTS_REUSED, C_RECORDS_REUSED, C_REPLANS,
     C_SEGMENTS, C_SEGMENTS_COPIED, C_SEGMENTS_EXTENDED, C_LOGICAL_BLOCKS, C_COPIED_BLOCKS,
     C_JOBS, C_JOBS_EXPAND, C_JOBS_REFINE, C_BACKFILL_READS, C_BACKFILL_POSTINGS,
-    N_COUNTERS
+    C_BACKFILL_WAITS, N_COUNTERS
 
 _COUNTER_SLOT = {name: i for i, name in enumerate(COUNTER_NAMES)}
 assert len(COUNTER_NAMES) == N_COUNTERS
@@ -79,7 +80,8 @@ cdef class Counters:
     def count_match(self, tuple counts):
         """Add one match: ``counts`` as ``match_run`` returns them."""
         cdef int64_t windows, uses, before, after, retrieved, extra, spec, wasted, trips
-        windows, uses, before, after, retrieved, extra, spec, wasted, trips = counts
+        cdef int64_t hidden
+        windows, uses, before, after, retrieved, extra, spec, wasted, trips, hidden = counts
         cdef int64_t* v = self.v
         v[C_MATCHES] += 1
         v[C_MATCH_WINDOWS] += windows
@@ -92,6 +94,7 @@ cdef class Counters:
         v[C_SPEC_READS] += spec
         v[C_SPEC_WASTED] += wasted
         v[C_ROUND_TRIPS] += trips
+        v[C_HIDDEN_ROUTES] += hidden
 
     def count_insert(self, tuple plan_counts, int64_t records, bint after_match,
                      int64_t windows_reused, int64_t windows_known, bint replanned):
@@ -255,11 +258,14 @@ cdef inline Py_ssize_t _emit(const Posting* lst, Py_ssize_t a, Py_ssize_t b, int
 cdef class _Route:
     """One window's routing answer held in C: the probed entry (``j``, -1 for none),
     its candidates and their potentials (``cnt`` of each), and the entry's size
-    before (``n``) and after (``n_after``) filtering.  The match and insert loops
-    pass it from routing to settling; the Python API's tuple ``(j, segs, pots, n,
-    n_after)`` is :meth:`as_tuple`.  Up to four candidates (a MaxRetrieval of 3)
+    before (``n``) and after (``n_after``) filtering, and whether a deeper point's
+    entry was passed over as hidden (``hidden``: it waits on a back-fill job, so the
+    answer may be coarser than it will be once the job is published).  The match
+    and insert loops pass it from routing to settling; the Python API's tuple ``(j,
+    segs, pots, n, n_after, hidden)`` is :meth:`as_tuple`.  Up to four candidates (a MaxRetrieval of 3)
     live inside the object, so a routed window allocates no arrays."""
     cdef Py_ssize_t j, cnt, n, n_after
+    cdef bint hidden
     cdef uint64_t* segs
     cdef int64_t* pots
     cdef uint64_t segs_in[4]
@@ -268,6 +274,7 @@ cdef class _Route:
     def __cinit__(self):
         self.j = -1
         self.cnt = self.n = self.n_after = 0
+        self.hidden = False
         self.segs = self.segs_in
         self.pots = self.pots_in
 
@@ -292,7 +299,8 @@ cdef class _Route:
 
     cdef tuple as_tuple(self):
         return (self.j, _array_of(self.segs, self.cnt, cnp.NPY_UINT64),
-                _array_of(self.pots, self.cnt, cnp.NPY_INT64), self.n, self.n_after)
+                _array_of(self.pots, self.cnt, cnp.NPY_INT64), self.n, self.n_after,
+                self.hidden)
 
 
 cdef _Route _route_of(tuple route):
@@ -306,6 +314,7 @@ cdef _Route _route_of(tuple route):
     if r.reserve(ncand) < 0:
         raise MemoryError()
     r.j, r.n, r.n_after, r.cnt = route[0], route[3], route[4], ncand
+    r.hidden = len(route) > 5 and route[5]
     if ncand:
         memcpy(r.segs, cnp.PyArray_DATA(cands), ncand * sizeof(uint64_t))
         memcpy(r.pots, cnp.PyArray_DATA(pots), ncand * sizeof(int64_t))
@@ -1309,13 +1318,14 @@ cdef class RoutingDirectory:
 
         ``keys``/``qfilters``/``offsets``: the query's probe points, deepest
         first.  The first key with a visible, non-empty entry is used.  Returns
-        ``(j, segs, pots, n_before, n_after)``: the probe index (-1 on a miss),
-        up to ``limit`` (0 = all) candidate segment ids ranked by match
+        ``(j, segs, pots, n_before, n_after, hidden)``: the probe index (-1 on a
+        miss), up to ``limit`` (0 = all) candidate segment ids ranked by match
         potential (groups in decreasing potential; list order inside a group),
         their potentials as window-relative match-length bounds (capped at
-        ``qlen``), the list size, and the size of the top-potential group.
-        Without ``filtering`` candidates come newest first, all with potential
-        ``qlen``.
+        ``qlen``), the list size, the size of the top-potential group, and
+        whether a key before the one used has a hidden entry (one a back-fill
+        job will publish).  Without ``filtering`` candidates come newest first,
+        all with potential ``qlen``.
         """
         cdef const uint64_t[::1] k = np.ascontiguousarray(keys, dtype=np.uint64)
         cdef const uint64_t[::1] qf = np.ascontiguousarray(qfilters, dtype=np.uint64)
@@ -1374,7 +1384,7 @@ cdef class RoutingDirectory:
         cdef _Route r = _Route.__new__(_Route)
         cdef uint64_t* out_s = NULL
         cdef int64_t* out_p = NULL
-        cdef bint short = False
+        cdef bint short = False, hidden = False
         cdef const Posting* lst
         cdef Posting* tmp
         cdef int kstar = 0, kk
@@ -1387,6 +1397,8 @@ cdef class RoutingDirectory:
             e = self._find(k[j])
             if e >= 0 and self.entries[e].visible and self.entries[e].n > 0:
                 break
+            if e >= 0 and not self.entries[e].visible:
+                hidden = True
             e = -1
         if e >= 0:
             lst = self.entries[e].list
@@ -1440,6 +1452,7 @@ cdef class RoutingDirectory:
             raise MemoryError("routing directory: out of memory in plan")
         r.j = j if e >= 0 else -1
         r.cnt, r.n, r.n_after = cnt, n, n_after
+        r.hidden = hidden
         return r
 
     def dump(self):
@@ -1658,7 +1671,7 @@ def match_run(d, qobj, Py_ssize_t S, Py_ssize_t budget, Py_ssize_t k,
     cdef RoutingDirectory rd = d if type(d) is RoutingDirectory else None
     cdef Py_ssize_t pos = 0, w, t, u, nplan, total, lo, v, m
     cdef Py_ssize_t windows = 0, uses = 0, before = 0, after = 0, retrieved = 0, extra = 0
-    cdef Py_ssize_t spec = 0, wasted = 0, trips = 0
+    cdef Py_ssize_t spec = 0, wasted = 0, trips = 0, hidden = 0
     cdef uint64_t last_id = 0, full_id = 0
     cdef Py_ssize_t sizes[64]
     cdef bint batched, done = False
@@ -1732,6 +1745,7 @@ def match_run(d, qobj, Py_ssize_t S, Py_ssize_t budget, Py_ssize_t k,
                         first = allraws[lo:lo + m]
                     lo += m
                 windows += 1
+                hidden += route.hidden
                 res = _settle(route, q + pos, S if n - pos > S else n - pos, pos, budget,
                               filtering, sequential, S, meta_size, None, first, read,
                               count_corrupt, None)
@@ -1762,7 +1776,7 @@ def match_run(d, qobj, Py_ssize_t S, Py_ssize_t budget, Py_ssize_t k,
             if verify_phase is not None:
                 verify_phase.__exit__(None, None, None)
     return (pos, out[:pos], last_id, full_id, raws_by_window,
-            (windows, uses, before, after, retrieved, extra, spec, wasted, trips))
+            (windows, uses, before, after, retrieved, extra, spec, wasted, trips, hidden))
 
 
 cdef inline void _add_fresh(list writes, list after, list log, uint64_t start, ids, metas,

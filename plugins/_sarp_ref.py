@@ -30,12 +30,13 @@ _MASK = (1 << 64) - 1
 COUNTER_NAMES = (
     "matches", "match_windows", "entry_uses", "cand_before", "cand_after", "retrieved",
     "match_reads", "extra_batches", "speculative_reads", "speculative_wasted",
-    "match_round_trips",
+    "match_round_trips", "match_hidden_routes",
     "inserts", "insert_reads", "inserts_after_match", "insert_reads_after_match",
     "insert_windows_reused", "insert_windows_known", "insert_segments_reused",
     "insert_records_reused", "insert_replans", "segments", "segments_copied",
     "segments_extended", "logical_blocks", "copied_blocks",
-    "jobs", "jobs_expand", "jobs_refine", "backfill_reads", "backfill_postings")
+    "jobs", "jobs_expand", "jobs_refine", "backfill_reads", "backfill_postings",
+    "backfill_waits")
 
 
 class Counters:
@@ -50,8 +51,9 @@ class Counters:
     def count_match(self, counts) -> None:
         """Add one match: ``counts`` as ``match_run`` returns them (windows, entry uses,
         candidates before and after filtering, retrieved, extra batches, speculative
-        reads, wasted speculative reads, round trips)."""
-        windows, uses, before, after, retrieved, extra, spec, wasted, trips = counts
+        reads, wasted speculative reads, round trips, windows routed past a hidden
+        entry)."""
+        windows, uses, before, after, retrieved, extra, spec, wasted, trips, hidden = counts
         with self._lock:
             v = self._v
             v["matches"] += 1
@@ -65,6 +67,7 @@ class Counters:
             v["speculative_reads"] += spec
             v["speculative_wasted"] += wasted
             v["match_round_trips"] += trips
+            v["match_hidden_routes"] += hidden
 
     def count_insert(self, plan_counts, records: int, after_match: bool,
                      windows_reused: int, windows_known: int, replanned: bool) -> None:
@@ -174,7 +177,7 @@ def first_batch(route, budget: int, filtering: bool, sequential: bool):
     """The candidates a window reads first (a slice of the route's): every one without
     filtering, else the first of the top-potential group (sequential) or the group
     capped by the budget (unlimited: 2); none when even the best potential is 0."""
-    j, cands, pots, _nb, na = route
+    j, cands, pots, _nb, na = route[:5]
     if j < 0 or not len(cands):
         return cands[:0]
     if not filtering:
@@ -209,7 +212,7 @@ def settle(route, qw, ws: int, budget: int, filtering: bool, sequential: bool, S
     timed = verify_phase if verify_phase is not None else contextlib.nullcontext()
     if not filtering:
         budget = 0
-    j, cands, pots, nb, na = route
+    j, cands, pots, nb, na = route[:5]
     qlen = len(qw)
     seen = {}
     best_v, best_raw, best_id = 0, None, 0
@@ -289,7 +292,8 @@ def match_run(d, q, S: int, budget: int, k: int, filtering: bool, sequential: bo
     the segment the last verified block came from, the last segment verified whole,
     ``{window start: records in hand}`` of a window that verified short, and
     ``(windows, entry uses, candidates before and after filtering, retrieved, extra
-    batches, speculative reads, wasted ones, round trips)``."""
+    batches, speculative reads, wasted ones, round trips, windows whose route passed
+    a hidden entry)``."""
     timed = routing_phase if routing_phase is not None else contextlib.nullcontext()
     vtimed = verify_phase if verify_phase is not None else contextlib.nullcontext()
     q = np.ascontiguousarray(q, dtype=np.uint64)
@@ -302,6 +306,7 @@ def match_run(d, q, S: int, budget: int, k: int, filtering: bool, sequential: bo
         return d.route(q[w:w + S], probe_desc, nfields, stride, bits, filtering, limit)
 
     pos = windows = uses = before = after = retrieved = extra = spec = wasted = trips = 0
+    hidden = 0
     last_id = full_id = 0
     parts, raws_by_window = [], {}
     done = False
@@ -332,6 +337,7 @@ def match_run(d, q, S: int, budget: int, k: int, filtering: bool, sequential: bo
         with vtimed:
             for t, (route, first) in enumerate(plan):
                 windows += 1
+                hidden += bool(route[5])
                 v, best, info, seen = settle(route, q[pos:pos + S], pos, budget, filtering,
                                              sequential, S, meta_size, None, first, read,
                                              count_corrupt, None)
@@ -356,7 +362,7 @@ def match_run(d, q, S: int, budget: int, k: int, filtering: bool, sequential: bo
                     break
     metas = np.concatenate(parts) if parts else np.empty((0, meta_size), np.uint8)
     return (pos, metas.reshape(pos, meta_size), last_id, full_id, raws_by_window,
-            (windows, uses, before, after, retrieved, extra, spec, wasted, trips))
+            (windows, uses, before, after, retrieved, extra, spec, wasted, trips, hidden))
 
 
 def insert_plan(d, x, xm, ws: int, prev: int, S: int, known_by_window, best_hint,
@@ -795,19 +801,22 @@ class RoutingDirectory:
             raise ValueError("plan: fewer query filters than keys")
         if len(offsets) < len(keys):
             raise ValueError("plan: fewer offsets than keys")
+        hidden = False
         with self._lock:
             for j, k in enumerate(keys):
                 e = self._d.get(k)
                 if e is not None and e.visible and e.items:
                     items = list(e.items)
                     break
+                hidden = hidden or (e is not None and not e.visible)
             else:
-                return -1, np.empty(0, np.uint64), np.empty(0, np.int64), 0, 0
+                return -1, np.empty(0, np.uint64), np.empty(0, np.int64), 0, 0, hidden
         n = len(items)
         m = n if limit <= 0 else min(limit, n)
         if not filtering:
             segs = sorted((-s for _, s in items), reverse=True)[:m]
-            return j, np.array(segs, np.uint64), np.full(len(segs), qlen, np.int64), n, n
+            return (j, np.array(segs, np.uint64), np.full(len(segs), qlen, np.int64), n, n,
+                    hidden)
         flts = [f for f, _ in items]
         qf = qfilters[j]
         L, lo, hi = max_potential(flts, qf, nfields, stride, bits)
@@ -821,7 +830,8 @@ class RoutingDirectory:
                 out.append(-items[i][1])
                 pots.append(pot)
             prev = (a, b)
-        return (j, np.array(out[:m], np.uint64), np.array(pots[:m], np.int64), n, hi - lo)
+        return (j, np.array(out[:m], np.uint64), np.array(pots[:m], np.int64), n, hi - lo,
+                hidden)
 
     def route(self, qw, probe_desc, nfields, stride, bits, filtering, limit):
         """:meth:`plan` for the query window ``qw`` (probe points = the offsets of
@@ -833,7 +843,7 @@ class RoutingDirectory:
         qlen = len(q)
         offs = pd[pd < qlen] if qlen else pd[:0]
         if len(offs) == 0:
-            return -1, np.empty(0, np.uint64), np.empty(0, np.int64), 0, 0
+            return -1, np.empty(0, np.uint64), np.empty(0, np.int64), 0, 0, False
         qf = filters(q, qlen, offs, nfields, stride, bits) if filtering else \
             np.zeros(len(offs), np.uint64)
         return self.plan(q[offs], qf, offs, qlen, nfields, stride, bits, filtering, limit)

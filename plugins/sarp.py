@@ -497,6 +497,11 @@ class SarpStrategy(TombstoneOverlay):
         "pruning": Option(True, "adaptive routing-point pruning"),
         "backfill": Option("background", "run back-fill jobs in a background worker or "
                            "synchronously inside insert", choices=("background", "sync")),
+        "backfill_wait": Option(True, "a match whose routing passed over an entry a "
+                                "back-fill job has yet to publish waits for the jobs booked "
+                                "so far and matches again (false: answer from the coarser "
+                                "entry, as the paper's stale routing does, losing hits while "
+                                "the worker lags)", beyond_paper=True),
         "directory": Option("compiled", "hot-path implementation: compiled, or python = the "
                             "pure-Python references of the directory, filters and "
                             "verification (for tests)", choices=("compiled", "python")),
@@ -568,6 +573,7 @@ class SarpStrategy(TombstoneOverlay):
         self.id_runs = o["id_runs"] if o["id_runs"] > 1 else 0
         self.sequential = o["retrieval_order"] == "sequential"
         self.insert_reuse = o["insert_reuse"]
+        self.backfill_wait = o["backfill_wait"]
         self.narrow_lock = o["insert_lock"] == "publish"
         self.layer = SegmentLayer(store, S, meta_size)
         hot = _sarp if o["directory"] == "compiled" else _sarp_ref
@@ -592,6 +598,9 @@ class SarpStrategy(TombstoneOverlay):
         self._after_plan = None
         self._pending_children: dict[tuple[int, int], set] = {}
         self._jobs: "queue.Queue" = queue.Queue()
+        #: back-fill jobs booked, and those ended (published, or failed on the worker)
+        self._jobs_booked = self._jobs_ended = 0
+        self._jobs_ended_cv = threading.Condition(threading.Lock())
         self._sync_jobs: list = []
         self._worker: threading.Thread | None = None
         self._worker_error: BaseException | None = None
@@ -633,14 +642,14 @@ class SarpStrategy(TombstoneOverlay):
     def match(self, block_ids: np.ndarray) -> Match:
         q = as_block_ids(block_ids)
         S = self.S
-        version, epoch = self._version, self._reclaim_epoch
-        on = phases._ON
-        pos, metas, last_id, full_id, raws_by_window, counts = self._match_run(
-            self.dir, q, S, self.budget, self.batch_windows, self.filtering, self.sequential,
-            self.meta_size, self.geo.probe_desc, self.N, self.stride, self.bits,
-            self.layer.read_raw_many, self.layer.count_corrupt,
-            phases.phase(phases.ROUTING) if on else None,
-            phases.phase(phases.VERIFY) if on else None)
+        version, epoch, ended = self._version, self._reclaim_epoch, self._jobs_ended
+        pos, metas, last_id, full_id, raws_by_window, counts = self._match_once(q)
+        if counts[9] and self.backfill_wait and self._await_backfill(ended):
+            # a routed window passed over an entry still hidden: with the jobs booked
+            # before this match published, the deeper entry answers as it would have
+            version, epoch = self._version, self._reclaim_epoch
+            pos, metas, last_id, full_id, raws_by_window, again = self._match_once(q)
+            counts = tuple(a + b for a, b in zip(counts, again))
         self._c.count_match(counts)
         full = pos - pos % S
         old = getattr(self._tl, "memo", None)
@@ -656,6 +665,38 @@ class SarpStrategy(TombstoneOverlay):
         if not pos:
             return Match.empty(self.meta_size)
         return Match(pos, metas)
+
+    def _match_once(self, q):
+        on = phases._ON
+        return self._match_run(
+            self.dir, q, self.S, self.budget, self.batch_windows, self.filtering,
+            self.sequential, self.meta_size, self.geo.probe_desc, self.N, self.stride,
+            self.bits, self.layer.read_raw_many, self.layer.count_corrupt,
+            phases.phase(phases.ROUTING) if on else None,
+            phases.phase(phases.VERIFY) if on else None)
+
+    def _await_backfill(self, ended: int) -> bool:
+        """Wait until every back-fill job booked so far has ended; False (at once) when
+        none is outstanding and none has ended since ``ended`` jobs had: the entries
+        the match found hidden are not waiting on any job, and matching again would
+        find them as they were.  An entry is hidden only while a booked job is
+        to publish it, so after the wait the match's route finds it visible."""
+        with self._jobs_ended_cv:
+            target = self._jobs_booked
+            if self._jobs_ended == ended and ended >= target:
+                return False
+        if self.opts["backfill"] == "background" and self._insert_lock._is_owned():
+            return False        # (the worker publishes under the lock this thread holds)
+        self._c.add("backfill_waits")
+        if self.opts["backfill"] == "sync":
+            self.drain()            # (another thread's insert may be running its jobs)
+            return True
+        with self._jobs_ended_cv:
+            while (self._jobs_ended < target and self._worker is not None
+                   and self._worker.is_alive()):
+                self._jobs_ended_cv.wait(1.0)
+        self._check_worker()
+        return True
 
     # ------------------------------------------------------------------ insert
     def insert_known_prefix(self, block_ids: np.ndarray, metas: np.ndarray, known: int) -> None:
@@ -860,6 +901,8 @@ class SarpStrategy(TombstoneOverlay):
     def _schedule(self, job) -> None:
         self._c.add("jobs")
         self._c.add("jobs_expand" if job[2] == 0 else "jobs_refine")
+        with self._jobs_ended_cv:
+            self._jobs_booked += 1
         if self.opts["backfill"] == "sync":
             self._sync_jobs.append(job)
             return
@@ -872,10 +915,16 @@ class SarpStrategy(TombstoneOverlay):
             self._worker.start()
         self._jobs.put(job)
 
+    def _job_ended(self) -> None:
+        with self._jobs_ended_cv:
+            self._jobs_ended += 1
+            self._jobs_ended_cv.notify_all()
+
     def _run_sync_jobs(self) -> None:
         while self._sync_jobs:
             job = self._sync_jobs.pop(0)
             self._publish(job, self._compute(job))
+            self._job_ended()
 
     def _run_jobs_unlocked(self, jobs: list) -> None:
         """The sync back-fill ``jobs`` a publish booked, in the same order as
@@ -890,6 +939,7 @@ class SarpStrategy(TombstoneOverlay):
                 result = self._compute(job)
                 with self._timed_lock.guard():
                     self._publish_computed(job, result, epoch)
+                    self._job_ended()
                     jobs.extend(self._sync_jobs)        # the jobs this publish booked
                     self._sync_jobs = []
         finally:
@@ -937,6 +987,8 @@ class SarpStrategy(TombstoneOverlay):
             except BaseException as e:  # surfaced by drain() / the next insert
                 self._worker_error = e
             finally:
+                if job is not None and job is not _RECLAIM_JOB:
+                    self._job_ended()
                 self._jobs.task_done()
 
     def _child_offset(self, off: int, which: int) -> int:
@@ -1438,6 +1490,10 @@ class SarpStrategy(TombstoneOverlay):
             "backfill_jobs": c["jobs"], "rematerializations": c["jobs_expand"],
             "refinements": c["jobs_refine"], "backfill_reads": c["backfill_reads"],
             "backfill_postings": c["backfill_postings"],
+            # windows a match routed past an entry a job had yet to publish, and the
+            # matches that waited for the jobs (backfill_wait) and matched again
+            "match_hidden_routes": c["match_hidden_routes"],
+            "backfill_waits": c["backfill_waits"],
             "corrupt_segments": self.layer.corrupt_reads,
             "reclaim_passes": self._rc["passes"],
             "reclaim_seconds": self._rc_seconds,

@@ -752,17 +752,21 @@ def test_directory_plan_probes_deepest_visible_entry_and_ranks_by_potential(impl
     for f, seg in ((f1, 11), (f4, 12), (f3, 13)):
         d.upsert(int(q[0]), 0, f, seg, True)
     d.upsert(int(q[4]), 4, 7, 99, False)                 # a pending (invisible) deeper entry
-    j, segs, pots, nb, na = d.plan(q[[4, 0]], [7, qf], [4, 0], 8, N, stride, b, True, 0)
+    j, segs, pots, nb, na, hidden = d.plan(q[[4, 0]], [7, qf], [4, 0], 8, N, stride, b,
+                                           True, 0)
     assert j == 1 and nb == 3 and na == 1                # fell back past the pending entry
+    assert hidden                                        # and says so
     assert segs.tolist() == [12, 13, 11]
     assert pots.tolist() == [8, 3, 1]                    # saturated, then (k+1)*stride-1
-    j, segs, _, _, _ = d.plan(q[[4, 0]], [7, qf], [4, 0], 8, N, stride, b, True, 2)
+    j, segs, _, _, _, _ = d.plan(q[[4, 0]], [7, qf], [4, 0], 8, N, stride, b, True, 2)
     assert segs.tolist() == [12, 13]                     # limit = the retrieval budget
-    j, segs, pots, nb, na = d.plan(q[[0]], [qf], [0], 8, N, stride, b, False, 0)
+    j, segs, pots, nb, na, hidden = d.plan(q[[0]], [qf], [0], 8, N, stride, b, False, 0)
     assert segs.tolist() == [13, 12, 11] and na == nb == 3   # no filtering: newest first
+    assert not hidden
+    assert d.plan(q[[4]], [7], [4], 8, N, stride, b, True, 0)[::5] == (-1, True)
     d.publish([int(q[4])], [4], [5], [98], [int(q[4])], int(q[0]), 0)
-    j, segs, _, _, _ = d.plan(q[[4, 0]], [7, qf], [4, 0], 8, N, stride, b, True, 0)
-    assert j == 0 and sorted(segs.tolist()) == [98, 99]
+    j, segs, _, _, _, hidden = d.plan(q[[4, 0]], [7, qf], [4, 0], 8, N, stride, b, True, 0)
+    assert j == 0 and sorted(segs.tolist()) == [98, 99] and not hidden
     assert d.info(int(q[0]))[3] == LIVE
     d.publish([int(q[4])], [4], [6], [99], [], int(q[0]), 1)
     assert d.postings(int(q[4]))[0].tolist().count(7) == 1   # back-fill never overrides
@@ -788,8 +792,10 @@ def test_directory_compiled_equals_reference_on_random_updates(ops):
         assert a.info(key) == b.info(key)
         # budgets below, at and above the four candidates a compiled route holds inline
         for filtering, limit in ((True, 0), (True, 3), (True, 4), (True, 5), (False, 0)):
-            ra = a.plan([key], [1 << 62], [0], 8, 2, 1, 2, filtering, limit)
-            rb = b.plan([key], [1 << 62], [0], 8, 2, 1, 2, filtering, limit)
+            # (behind the key: another, so a route may pass over a hidden entry)
+            keys = [key, (key + 1) % 6]
+            ra = a.plan(keys, [1 << 62] * 2, [0, 0], 8, 2, 1, 2, filtering, limit)
+            rb = b.plan(keys, [1 << 62] * 2, [0, 0], 8, 2, 1, 2, filtering, limit)
             assert ra[0] == rb[0] and ra[3:] == rb[3:]
             assert ra[1].tolist() == rb[1].tolist() and ra[2].tolist() == rb[2].tolist()
     assert a.n_postings == b.n_postings and a.check() and b.check()
@@ -929,6 +935,46 @@ def test_refinement_adds_midpoint_and_last_block_points():
         ids = ids_of(toks)
         off_r.insert(ids, metas_of(ids, i))
     assert set(off_r.dir.dump()["offs"].tolist()) == {0, 4}
+
+
+@pytest.mark.parametrize("wait", [True, False])
+def test_a_match_routed_past_an_entry_the_worker_holds_waits_for_it(wait):
+    """Background back-fill: while the worker holds a job, the deeper entries it will
+    publish are hidden and the route answers from the coarser entry, whose budget
+    skips the segment that matches.  The match waits for the jobs booked before it
+    and matches again, so it answers as with the jobs published;
+    ``backfill_wait=false`` keeps the paper's stale answer."""
+    opts = dict(SMALL, backfill="background", backfill_wait=wait, max_retrieval=1,
+                pruning_threshold=1, refinement=False)
+    seqs = [ids_of(t) for t in _fan(5, 4, 3)]
+    s = SarpStrategy(MemoryStore(), opts, meta_size=MS)
+    release = threading.Event()
+    compute, await_backfill = s._compute, s._await_backfill
+
+    def gated(job):
+        assert release.wait(30)
+        return compute(job)
+
+    def releasing(ended):
+        release.set()           # the worker may go on once a match waits for it
+        return await_backfill(ended)
+
+    s._compute, s._await_backfill = gated, releasing
+    for i, ids in enumerate(seqs):
+        s.insert(ids, metas_of(ids, i))
+    got = s.match(seqs[0])
+    release.set()
+    s.drain()
+    full = s.match(seqs[0])
+    assert full.n_blocks == 8
+    st = s.stats()
+    assert st["match_hidden_routes"] >= 1
+    if wait:
+        assert got.n_blocks == 8 and np.array_equal(got.metas, full.metas)
+        assert st["backfill_waits"] == 1
+    else:
+        assert got.n_blocks == 5 and st["backfill_waits"] == 0
+    s.close()
 
 
 def test_sync_backfill_reads_outside_the_insert_lock_and_drain_waits_for_them():
@@ -1415,7 +1461,7 @@ def test_a_snapshot_of_the_store_as_it_still_is_keeps_the_id_runs_open(tmp_path)
 
 # ----------------------------------------------------------------------------- counters
 _counter_ops = st.lists(st.one_of(
-    st.tuples(st.just("match"), st.tuples(*[st.integers(0, 1 << 20)] * 9)),
+    st.tuples(st.just("match"), st.tuples(*[st.integers(0, 1 << 20)] * 10)),
     st.tuples(st.just("insert"), st.tuples(*[st.integers(0, 1 << 20)] * 7),
               st.integers(0, 1 << 20), st.booleans(), st.integers(0, 1 << 10),
               st.integers(0, 1 << 10), st.booleans()),
@@ -1444,13 +1490,14 @@ def test_counters_twins_add_the_same(ops):
 def test_counters_count_a_match_and_an_insert_by_name():
     for mod in (_sarp, _sarp_ref):
         c = mod.Counters()
-        c.count_match((2, 3, 40, 5, 4, 1, 6, 1, 2))
+        c.count_match((2, 3, 40, 5, 4, 1, 6, 1, 2, 1))
         c.count_insert((3, 70, 10, 1, 2, 1, 4), 5, True, 2, 1, False)
         d = c.as_dict()
         assert (d["matches"], d["match_windows"], d["entry_uses"], d["cand_before"],
                 d["cand_after"], d["retrieved"], d["match_reads"], d["extra_batches"],
                 d["speculative_reads"], d["speculative_wasted"],
-                d["match_round_trips"]) == (1, 2, 3, 40, 5, 4, 5, 1, 6, 1, 2)
+                d["match_round_trips"], d["match_hidden_routes"]) == \
+            (1, 2, 3, 40, 5, 4, 5, 1, 6, 1, 2, 1)
         assert (d["inserts"], d["insert_reads"], d["inserts_after_match"],
                 d["insert_reads_after_match"], d["logical_blocks"], d["copied_blocks"],
                 d["segments_extended"], d["segments_copied"], d["insert_segments_reused"],
@@ -1481,7 +1528,7 @@ def test_counters_add_exactly_across_threads():
 
         def work():
             for _ in range(5000):
-                c.count_match((1, 1, 1, 1, 1, 0, 0, 0, 1))
+                c.count_match((1, 1, 1, 1, 1, 0, 0, 0, 1, 0))
                 c.add("jobs")
 
         threads = [threading.Thread(target=work) for _ in range(4)]
