@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import pyperf
 
 from prefixbench.harness import allocator, pyperf_io
-from prefixbench.harness.build import build
+from prefixbench.harness.build import beyond_paper_options, build
 from prefixbench.errors import ConfigError, PrefixbenchError
 from prefixbench.harness.replay import ReplayResult, replay
 from prefixbench.registry import get_registry
@@ -82,10 +82,12 @@ def replay_once(spec: RunSpec, *, quiet: bool, check: bool = True) -> ReplayResu
                   engine_options=spec.engine_options, block_tokens=workload.block_size)
     try:
         desc = f"{spec.strategy}" + (f"/{spec.engine}" if built.store is not None else "")
-        return replay(built.strategy, workload, limit=spec.limit, quiet=quiet, desc=desc,
-                      threads=spec.threads, threaded=spec.threaded,
-                      status_every=spec.status_every,
-                      check=check, breakdown=spec.breakdown)
+        res = replay(built.strategy, workload, limit=spec.limit, quiet=quiet, desc=desc,
+                     threads=spec.threads, threaded=spec.threaded,
+                     status_every=spec.status_every,
+                     check=check, breakdown=spec.breakdown)
+        res.beyond_paper = beyond_paper_options(built.strategy)
+        return res
     finally:
         built.close()
 
@@ -122,6 +124,16 @@ def _warm_match_bench(spec: RunSpec):
     return time_func, len(queries), built.close
 
 
+def run_metadata(spec: RunSpec, res: ReplayResult | None = None) -> dict:
+    """The metadata of a run's benchmarks: the spec's configuration and, once the
+    replay ran, the strategy's options beyond its paper as in effect (what the
+    results print beside the options given)."""
+    config = spec.config()
+    if res is not None and res.beyond_paper:
+        config["beyond_paper_options"] = res.beyond_paper
+    return pyperf_io.run_metadata(spec.strategy, spec.engine, spec.workload, config)
+
+
 def _new_runner(**kwargs) -> pyperf.Runner:
     # pyperf allows one Runner per class per process; a fresh subclass per
     # call lets library users (and tests) run more than once in a process.
@@ -133,12 +145,13 @@ def run(spec: RunSpec, *, output: str | None, quiet: bool, our_argv: list[str],
         pyperf_argv: list[str], use_runner: bool = True) -> ReplayResult | None:
     """The whole ``run`` command.  Returns the replay result in the main process."""
     is_worker = "--worker" in pyperf_argv
-    metadata = pyperf_io.run_metadata(spec.strategy, spec.engine, spec.workload, spec.config())
+    metadata = run_metadata(spec)
     res = None
     time_benches: list = []
     count_benches: list = []
     if not is_worker:
         res = replay_once(spec, quiet=quiet)
+        metadata = run_metadata(spec, res)
         t, c = pyperf_io.replay_suites(res, metadata)
         time_benches += t
         count_benches += c

@@ -69,6 +69,14 @@ def open_engine(engine: str, path: str | None, *, cache_bytes: int = 64 << 20,
     return info.factory(config)
 
 
+def beyond_paper_options(strategy) -> dict:
+    """``{option: value in effect}`` of the strategy's options marked ``beyond_paper``,
+    which a comparison prints even at their defaults."""
+    spec = getattr(type(strategy), "options", {}) or {}
+    opts = getattr(strategy, "opts", {}) or {}
+    return {k: opts[k] for k, o in spec.items() if getattr(o, "beyond_paper", False) and k in opts}
+
+
 def build(strategy: str, engine: str | None, *, strategy_options: dict | None = None,
           store_dir: str | None = None, cache_bytes: int = 64 << 20, direct_io: bool = False,
           durability: str = "async", engine_options: dict | None = None,

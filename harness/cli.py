@@ -570,8 +570,8 @@ def cmd_run(args, leftover, argv, quiet):
               pyperf_argv=leftover, use_runner=not args.no_runner)
     if res is not None:
         from prefixbench.harness import pyperf_io
-        _report_run(args, spec, res, pyperf_io.replay_suites(res, pyperf_io.run_metadata(
-            spec.strategy, spec.engine, spec.workload, spec.config())))
+        from prefixbench.harness.bench import run_metadata
+        _report_run(args, spec, res, pyperf_io.replay_suites(res, run_metadata(spec, res)))
     return 0
 
 
@@ -705,7 +705,7 @@ def cmd_compare(args, leftover, argv, quiet):
 
 def cmd_demo(args, leftover, argv, quiet):
     from prefixbench.harness import pyperf_io
-    from prefixbench.harness.bench import RunSpec, run
+    from prefixbench.harness.bench import RunSpec, run, run_metadata
     from prefixbench.harness.build import parse_kv
     from prefixbench.harness.reporting import table_of
 
@@ -718,8 +718,7 @@ def cmd_demo(args, leftover, argv, quiet):
         out = os.path.join(args.out_dir, f"{strategy}.json")
         res = run(spec, output=out, quiet=quiet, our_argv=[], pyperf_argv=[], use_runner=False)
         # run's table from the suites just written: `prefixbench show OUT` prints it too
-        print(table_of(out, *pyperf_io.replay_suites(res, pyperf_io.run_metadata(
-            spec.strategy, spec.engine, spec.workload, spec.config()))))
+        print(table_of(out, *pyperf_io.replay_suites(res, run_metadata(spec, res))))
         outs.append(out)
     print(f"\n$ python -m pyperf compare_to {' '.join(outs)} --table")
     proc = subprocess.run([sys.executable, "-m", "pyperf", "compare_to", *outs, "--table"],

@@ -81,6 +81,8 @@ class ReplayResult:
     query_blocks: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
     wall_seconds: float = 0.0
     strategy_stats: dict = field(default_factory=dict)
+    #: the strategy's options beyond its paper, as in effect (printed with the results)
+    beyond_paper: dict = field(default_factory=dict)
     store_stats: dict = field(default_factory=dict)
     store_bytes: int = 0              # data on disk (allocated blocks), engine logs excluded
     store_log_bytes: int = 0          # the engine's write-ahead/journal logs on disk

@@ -186,7 +186,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from prefixbench.harness import pyperf_io
-from prefixbench.harness.build import build
+from prefixbench.harness.build import beyond_paper_options, build
 from prefixbench.engines.base import check_options
 from prefixbench.errors import ConfigError
 from prefixbench.harness.bench import make_workload
@@ -1280,14 +1280,6 @@ def run_interleaved(cfg: SweepConfig, settings: list, workload, cache_bytes: int
                 rest.close()
             raise
     return rows
-
-
-def beyond_paper_options(strategy) -> dict:
-    """``{option: value in effect}`` of the strategy's options marked ``beyond_paper``,
-    which a comparison prints even at their defaults."""
-    spec = getattr(type(strategy), "options", {}) or {}
-    opts = getattr(strategy, "opts", {}) or {}
-    return {k: opts[k] for k, o in spec.items() if getattr(o, "beyond_paper", False) and k in opts}
 
 
 def _paper_workload_options(cfg: SweepConfig, fraction: float) -> dict:

@@ -82,6 +82,29 @@ def _latencies(res, which: str, threads=None) -> str:
                       for q in ("mean", "p50", "p99", "p999"))
 
 
+def options_text(md: dict) -> str:
+    """The options a setting was given, then the values in effect of its options
+    beyond the paper that it was not given (defaults a reader would not see)."""
+    try:
+        config = json.loads(md.get("config", "{}"))
+        opts = config.get("strategy_options") or {}
+        beyond = config.get("beyond_paper_options") or {}
+        engine = config.get("setting_engine_options") or {}
+    except (TypeError, ValueError, AttributeError):
+        opts, beyond, engine = {}, {}, {}
+    text = ", ".join(f"{k}={v}" for k, v in opts.items()) or "(defaults)"
+    if engine:
+        text += "; its engine: " + ", ".join(f"{k}={v}" for k, v in engine.items())
+    rest = {k: v for k, v in beyond.items() if k not in opts}
+    if rest:
+        text += "; beyond the paper: " + ", ".join(f"{k}={_option_value(v)}" for k, v in rest.items())
+    return text
+
+
+def _option_value(v) -> str:
+    return str(v).lower() if isinstance(v, bool) else str(v)
+
+
 def format_run(res) -> str:
     """``prefixbench run``: the figures of one replay as a two-column table, then the
     pool figures (``--pool-blocks``) or the breakdown (``--breakdown``)."""
@@ -92,6 +115,7 @@ def format_run(res) -> str:
     rows = [
         ("strategy / engine / workload", f"{md.get('strategy', '?')} / "
          f"{'-' if engine == 'none' else engine} / {md.get('workload', '?')}"),
+        ("strategy options", options_text(md)),
         ("requests", cell(g("requests"), _int)),
         ("throughput", cell(g("request-throughput"), _int) + " requests/s (match+insert time)"),
         ("match latency mean / p50 / p99 / p999", _latencies(res, "match")),

@@ -20,7 +20,7 @@ import statistics
 
 from prefixbench import phases
 from prefixbench.reports.breakdown import format_breakdown
-from prefixbench.reports.show import amdahl_text, cell, device_line, karp_flatt
+from prefixbench.reports.show import amdahl_text, cell, device_line, karp_flatt, options_text
 from prefixbench.reports.tables import fmt_bytes, fmt_seconds, format_table
 
 #: bytes per indexed block of the paper's uncompressed logical store (8-byte key + metadata)
@@ -324,29 +324,6 @@ def format_strategies(res) -> str:
            "(min-max)." if repeat else "")] + strategies_notes(res))
 
 
-def _options_text(md: dict) -> str:
-    """The options a setting was given, then the values in effect of its options
-    beyond the paper that it was not given (defaults a reader would not see)."""
-    try:
-        config = json.loads(md.get("config", "{}"))
-        opts = config.get("strategy_options") or {}
-        beyond = config.get("beyond_paper_options") or {}
-        engine = config.get("setting_engine_options") or {}
-    except (TypeError, ValueError, AttributeError):
-        opts, beyond, engine = {}, {}, {}
-    text = ", ".join(f"{k}={v}" for k, v in opts.items()) or "(defaults)"
-    if engine:
-        text += "; its engine: " + ", ".join(f"{k}={v}" for k, v in engine.items())
-    rest = {k: v for k, v in beyond.items() if k not in opts}
-    if rest:
-        text += "; beyond the paper: " + ", ".join(f"{k}={_value(v)}" for k, v in rest.items())
-    return text
-
-
-def _value(v) -> str:
-    return str(v).lower() if isinstance(v, bool) else str(v)
-
-
 def strategies_notes(res) -> list:
     """What the strategies sweep prints below its table: each strategy at its fastest
     variant (where one ran in several), each strategy's options, the threads table
@@ -358,7 +335,7 @@ def strategies_notes(res) -> list:
     if best:
         out.append(best)
     out.append("\noptions of each strategy\n" + format_table(
-        ("strategy", "options"), [(s, _options_text(res.md(s))) for s in ss]))
+        ("strategy", "options"), [(s, options_text(res.md(s))) for s in ss]))
     counts = config(res).get("threads") or [1]
     if len(counts) > 1:
         out.append(threads_table(res, counts))

@@ -167,7 +167,8 @@ def test_strategies_fixed_cache_and_custom_list(run_cli):
     # of its options beyond the paper, defaults included
     opts = stdout[stdout.index("options of each strategy"):].splitlines()
     sarp_line = next(ln for ln in opts if ln.startswith("sarp "))
-    assert "tau=8" in sarp_line and "beyond the paper: batch_windows=64, id_runs=64" in sarp_line
+    assert "tau=8" in sarp_line
+    assert "beyond the paper: backfill_wait=true, batch_windows=64, id_runs=64" in sarp_line
     assert "insert_reuse=true" in sarp_line
     hash_line = next(ln for ln in opts if ln.startswith("segment-hash "))
     assert "S=32" in hash_line and "beyond the paper" not in hash_line

@@ -30,6 +30,27 @@ def test_run(tmp_path, capsys):
     assert md["prefixbench_schema"] == 1 and md["cpu_count"] >= 1 and md["mem_total"]
 
 
+def test_run_prints_the_options_given_and_those_beyond_the_paper_in_effect(tmp_path, capsys):
+    """A default that shapes a result is never hidden behind "(defaults)": the run's
+    table names the options given, then the values in effect of those its paper
+    does not have, and ``show`` reads them back from the file."""
+    out = tmp_path / "sarp.json"
+    shown = _same(capsys, ["-q", "run", "-s", "sarp", "-e", "memory", "-w", "codeact", "-W",
+                           "sessions=3",
+                           "-S", "max_retrieval=2", "-S", "batch_windows=8", "--no-runner",
+                           "-o", str(out)], out)
+    row = next(ln for ln in shown.splitlines() if ln.startswith("strategy options"))
+    given, _, beyond = row.partition("; beyond the paper: ")
+    assert sorted(given.split()[-2:]) == ["batch_windows=8,", "max_retrieval=2"]
+    assert "backfill_wait=true" in beyond and "id_runs=64" in beyond
+    assert "batch_windows" not in beyond                 # given: listed once, as given
+    shown = _same(capsys, ["-q", "run", "-s", "radix", "-w", "codeact", "-W", "sessions=3",
+                           "--no-runner", "-o", str(tmp_path / "radix.json")],
+                  tmp_path / "radix.json")
+    assert any(ln.split()[-1:] == ["(defaults)"] for ln in shown.splitlines()
+               if ln.startswith("strategy options"))
+
+
 def test_run_with_pools(tmp_path, capsys):
     out = tmp_path / "pool.json"
     shown = _exact(capsys, ["-q", "run", "-s", "radix", "-w", "codeact", "-W", "sessions=3",
@@ -158,7 +179,8 @@ def test_sweep_strategies_notes_threads_and_breakdown(tmp_path, capsys):
                             "--strategies", "sarp,dram-blockhash", "--threads", "1,2",
                             "--breakdown", "-o", str(out)], out)
     rows = [ln.split() for ln in shown.splitlines()]
-    assert ["sarp", "backfill=sync;", "beyond", "the", "paper:", "batch_windows=64,",
+    assert ["sarp", "backfill=sync;", "beyond", "the", "paper:", "backfill_wait=true,",
+            "batch_windows=64,",
             "id_runs=64,", "insert_lock=publish,", "insert_reuse=true"] in rows
     assert ["dram-blockhash", "(defaults)"] in rows
     for needle in ("options of each strategy", "request threads side by side",
