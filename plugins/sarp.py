@@ -25,6 +25,10 @@ while a parent's job is pending, inserts register the child point into
 children visible under one write lock - a query sees the complete old state
 or the complete new one.  A visible entry therefore always lists *every*
 segment carrying its key, which is what makes ``max_retrieval=0`` exact.
+With a budget the coarser parent can miss what the child would find, so a
+match whose route passed over a pending entry waits for the jobs booked
+before it and matches again (``backfill_wait``; off, it answers stale, as the
+paper's background back-fill does until the worker catches up).
 
 Matching goes window by window: probe the deepest routing point the query
 reaches in the window (falling back to earlier ones on a miss); rank the
