@@ -145,13 +145,11 @@ def run(spec: RunSpec, *, output: str | None, quiet: bool, our_argv: list[str],
         pyperf_argv: list[str], use_runner: bool = True) -> ReplayResult | None:
     """The whole ``run`` command.  Returns the replay result in the main process."""
     is_worker = "--worker" in pyperf_argv
-    metadata = run_metadata(spec)
-    res = None
+    res = None if is_worker else replay_once(spec, quiet=quiet)
+    metadata = run_metadata(spec, res)
     time_benches: list = []
     count_benches: list = []
     if not is_worker:
-        res = replay_once(spec, quiet=quiet)
-        metadata = run_metadata(spec, res)
         t, c = pyperf_io.replay_suites(res, metadata)
         time_benches += t
         count_benches += c

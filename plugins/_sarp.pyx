@@ -262,8 +262,9 @@ cdef class _Route:
     entry was passed over as hidden (``hidden``: it waits on a back-fill job, so the
     answer may be coarser than it will be once the job is published).  The match
     and insert loops pass it from routing to settling; the Python API's tuple ``(j,
-    segs, pots, n, n_after, hidden)`` is :meth:`as_tuple`.  Up to four candidates (a MaxRetrieval of 3)
-    live inside the object, so a routed window allocates no arrays."""
+    segs, pots, n, n_after, hidden)`` is :meth:`as_tuple`.  Up to four candidates
+    (a MaxRetrieval of 3) live inside the object, so a routed window allocates no
+    arrays."""
     cdef Py_ssize_t j, cnt, n, n_after
     cdef bint hidden
     cdef uint64_t* segs
@@ -314,7 +315,7 @@ cdef _Route _route_of(tuple route):
     if r.reserve(ncand) < 0:
         raise MemoryError()
     r.j, r.n, r.n_after, r.cnt = route[0], route[3], route[4], ncand
-    r.hidden = len(route) > 5 and route[5]
+    r.hidden = route[5]
     if ncand:
         memcpy(r.segs, cnp.PyArray_DATA(cands), ncand * sizeof(uint64_t))
         memcpy(r.pots, cnp.PyArray_DATA(pots), ncand * sizeof(int64_t))

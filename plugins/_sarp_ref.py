@@ -177,7 +177,7 @@ def first_batch(route, budget: int, filtering: bool, sequential: bool):
     """The candidates a window reads first (a slice of the route's): every one without
     filtering, else the first of the top-potential group (sequential) or the group
     capped by the budget (unlimited: 2); none when even the best potential is 0."""
-    j, cands, pots, _nb, na = route[:5]
+    j, cands, pots, _nb, na, _hidden = route
     if j < 0 or not len(cands):
         return cands[:0]
     if not filtering:
@@ -212,7 +212,7 @@ def settle(route, qw, ws: int, budget: int, filtering: bool, sequential: bool, S
     timed = verify_phase if verify_phase is not None else contextlib.nullcontext()
     if not filtering:
         budget = 0
-    j, cands, pots, nb, na = route[:5]
+    j, cands, pots, nb, na, hidden = route
     qlen = len(qw)
     seen = {}
     best_v, best_raw, best_id = 0, None, 0
@@ -240,7 +240,7 @@ def settle(route, qw, ws: int, budget: int, filtering: bool, sequential: bool, S
     else:
         # the first group: after dropping known records, the run sharing the top potential
         na = _run(pots, 0) if filtered and ncand else na
-        batch = first_batch((j, cands, pots, nb, na), budget, filtering, sequential)
+        batch = first_batch((j, cands, pots, nb, na, hidden), budget, filtering, sequential)
     while len(batch):
         raws = first if first is not None else read(batch)
         first = None
@@ -288,8 +288,9 @@ def match_run(d, q, S: int, budget: int, k: int, filtering: bool, sequential: bo
     verification, or None; each is one phase for a plan's windows (verification
     takes in the metadata copy and the bookkeeping between windows), since a
     clock switch per window would cost about 5% of a long match.  Returns ``(pos,
-    metas, last_id, full_id, raws_by_window, counts)``: the matched blocks, their metadata (``pos`` rows),
-    the segment the last verified block came from, the last segment verified whole,
+    metas, last_id, full_id, raws_by_window, counts)``: the matched blocks, their
+    metadata (``pos`` rows), the segment the last verified block came from, the
+    last segment verified whole,
     ``{window start: records in hand}`` of a window that verified short, and
     ``(windows, entry uses, candidates before and after filtering, retrieved, extra
     batches, speculative reads, wasted ones, round trips, windows whose route passed

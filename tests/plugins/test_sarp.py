@@ -687,7 +687,8 @@ def test_settle_equals_reference_on_corrupt_absent_and_known_records(filtering, 
     bad = bytearray(good[11])
     bad[-1] ^= 1                                        # checksum fails
     store = {**good, 12: bytes(bad), 14: None}
-    route = (0, np.array([12, 11, 14, 9, 13, 7], np.uint64), np.array([8, 8, 6, 6, 6, 2]), 9, 2)
+    route = (0, np.array([12, 11, 14, 9, 13, 7], np.uint64), np.array([8, 8, 6, 6, 6, 2]), 9, 2,
+             False)
     for known in (None, {9: good[9]}, {7: good[7], 14: None}, {12: bytes(bad), 11: good[11]}):
         got = []
         for mod in (_sarp, _sarp_ref):
