@@ -1187,6 +1187,7 @@ def test_corrupt_segment_is_a_counted_miss_never_reused():
                                                          "option interval_tokens"),
     ({"block_tokens": 0}, "option block_tokens"), ({"insert_lock": "none"}, "option insert_lock"),
     ({"insert_reuse": "perhaps"}, "option insert_reuse"),
+    ({"backfill_wait": "maybe"}, "option backfill_wait"),
     ({"segment_tokens": 1 << 30, "block_tokens": 1}, "option segment_tokens"),
     ({"S": 1 << 16, "interval_tokens": 16 * 7281}, "option S"),      # rounds S up past its max
 ])
