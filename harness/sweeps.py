@@ -164,7 +164,13 @@ the rule chooses the cap.
 **Calibration.**  Under the table the strategies sweep prints sarp's Table 4
 candidate counts beside the paper's (:data:`PAPER_TABLE4`, one place; the suites
 carry the workload's values as ``table4_paper``) and whether each is within 25%,
-at whatever scale the sweep ran.
+at whatever scale the sweep ran.  At ``--scale paper`` those are the run
+phase's; the load also counts them, untimed and apart, over up to
+:data:`LOAD_MATCH_SAMPLES` of its queries spread evenly over it (sarp's
+``candidate_counts``, which adds nothing to its own counters): the figures
+``index-load-candidates-*``, judged the same way.  The paper counts over its
+whole workload, and a round-robin replay's last requests can meet other routing
+entries than the trace as a whole (ultrachat's run phase: 1.0 against 24).
 
 Output: :meth:`SweepResult.table` for the terminal, rendered from the sweep's
 suites by :mod:`prefixbench.reports.sweeps` (so ``show`` prints the same);
@@ -243,6 +249,11 @@ PAPER_TABLE4 = {
 }
 TABLE4_FIGURES = ("candidates_before_filtering", "candidates_after_filtering",
                   "candidates_retrieved")
+#: queries of a paper-scale load whose Table 4 candidates are counted (untimed, evenly
+#: spread, counted apart from the run's): the load's bulk path routes nothing, and a
+#: round-robin replay's last requests - the run phase - are late turns, which may meet
+#: other routing entries than the trace as a whole (ultrachat's: 1.0 against 24)
+LOAD_MATCH_SAMPLES = 10_000
 #: the paper's section 3.2: share of 256-token spans with more than three alternatives
 PAPER_SPAN_SHARE = {"codeact": 0.2131, "lmcache-agent": 0.0060, "eabf": 0.0178,
                     "ultrachat": 0.1685}
@@ -1087,16 +1098,31 @@ def count_pass(workload, *, quiet: bool = True) -> Counting:
 
 
 def load_phase(strategy, oracle, requests, known, n: int, *, block_metas: bool,
-               quiet: bool = True, desc: str = "load") -> float:
+               quiet: bool = True, desc: str = "load",
+               samples: int | None = None) -> tuple[float, dict | None]:
     """Untimed: the first ``n`` requests into ``strategy`` by its bulk path and into the
     oracle.  ``block_metas``: metadata from the block alone (what threaded runs use).
     The store then settles (its flushes and compactions finish), so the timed run
-    is not charged for the load's write debt; returns the seconds that took."""
+    is not charged for the load's write debt.  Returns the seconds that took, and
+    for a strategy that counts Table 4's candidates (``candidate_counts``) those
+    counts over up to ``samples`` of the load's queries spread evenly over it, each
+    before its insert (``samples`` None: :data:`LOAD_MATCH_SAMPLES`; the figures:
+    :func:`load_table4`; else None)."""
     meta_size = strategy.meta_size
+    samples = LOAD_MATCH_SAMPLES if samples is None else samples
+    probe = getattr(strategy, "candidate_counts", None) if samples > 0 else None
+    step = -(-n // samples) if probe is not None and n else 0
+    sums = [0, 0, 0, 0]
+    sampled = 0
     bar = progress(n, f"{desc} [load]", quiet)
     try:
         for i in range(n):
-            ids = next(requests).insert_ids
+            req = next(requests)
+            ids = req.insert_ids
+            if step and i % step == 0:
+                for k, v in enumerate(probe(req.match_ids)):
+                    sums[k] += v
+                sampled += 1
             metas = make_metas(ids, 0 if block_metas else i, meta_size)
             strategy.insert_known_prefix(ids, metas, int(known[i]))
             oracle.insert(ids, metas)
@@ -1106,15 +1132,27 @@ def load_phase(strategy, oracle, requests, known, n: int, *, block_metas: bool,
     drain = getattr(strategy, "drain", None)
     if callable(drain):
         drain()
-    return strategy.store.settle() if strategy.store is not None else 0.0
+    settle = strategy.store.settle() if strategy.store is not None else 0.0
+    return settle, (load_table4(sums, sampled) if step else None)
+
+
+def load_table4(sums, sampled: int) -> dict:
+    """Table 4's figures from summed ``candidate_counts`` (entry uses, candidates
+    before and after filtering, retrieved) over ``sampled`` queries, named as the
+    strategy's own stats with ``load_`` before them."""
+    uses = sums[0] or 1
+    return {"load_match_samples": sampled,
+            **{f"load_{name}": v / uses for name, v in zip(TABLE4_FIGURES, sums[1:])}}
 
 
 class _Opened:
     """One setting's store, built and loaded, with its oracle: what its timed run needs."""
 
-    def __init__(self, setting, built, oracle, workload, settle: float, load_requests: int):
+    def __init__(self, setting, built, oracle, workload, settle: float, load_requests: int,
+                 load_counts: dict | None = None):
         self.setting, self.built, self.oracle = setting, built, oracle
         self.workload, self.settle, self.load_requests = workload, settle, load_requests
+        self.load_counts = load_counts      # Table 4 over the load's sampled queries
         self.beyond = beyond_paper_options(built.strategy)
         self.engine_cache = built.store.config.cache_bytes if built.store is not None else None
         self.level_files = built.store.level_files() if built.store is not None else None
@@ -1125,6 +1163,8 @@ class _Opened:
             indexed = int(self.oracle.stats()["entries"])
         finally:
             self.close()
+        if self.load_counts:
+            res.strategy_stats = {**res.strategy_stats, **self.load_counts}
         return Row(self.setting, res, indexed, self.engine_cache, threads=threads,
                    repeat=repeat, load_requests=self.load_requests,
                    settle_seconds=self.settle, beyond_paper=self.beyond,
@@ -1168,7 +1208,7 @@ def _open_setting(cfg: SweepConfig, setting: Setting, workload, cache_bytes: int
         try:
             if loaded.run_requests is None:
                 loaded.run_requests = list(opened.workload.requests())
-            loaded.keep(setting.label, opened.built, opened.settle,
+            loaded.keep(setting.label, opened.built, (opened.settle, opened.load_counts),
                         engine_options=_store_options(cfg, setting))
             if not loaded.has_oracle:
                 loaded.keep_oracle(opened.oracle)
@@ -1177,10 +1217,10 @@ def _open_setting(cfg: SweepConfig, setting: Setting, workload, cache_bytes: int
         # the loaded oracle and index go before a clone recovers its own: holding both
         # would count the oracle twice (closing a tree does not free it, dropping it does)
         del opened
-    built, oracle, settle = loaded.open(setting.label)
+    built, oracle, (settle, load_counts) = loaded.open(setting.label)
     run = loaded.run_requests
     return _Opened(setting, built, oracle, _Tail(workload, run, len(run)), settle,
-                   load_requests)
+                   load_requests, load_counts)
 
 
 def _load_setting(cfg: SweepConfig, setting: Setting, workload, cache_bytes: int, *,
@@ -1194,12 +1234,13 @@ def _load_setting(cfg: SweepConfig, setting: Setting, workload, cache_bytes: int
                   block_tokens=workload.block_size)
     if oracle is None:
         oracle = make_oracle(built.strategy.meta_size)
-    settle = 0.0
+    settle, load_counts = 0.0, None
     try:
         it = iter(workload.requests())
         if load_requests:
-            settle = load_phase(built.strategy, oracle, it, counting.known, load_requests,
-                                block_metas=threaded, quiet=quiet, desc=desc)
+            settle, load_counts = load_phase(built.strategy, oracle, it, counting.known,
+                                             load_requests, block_metas=threaded,
+                                             quiet=quiet, desc=desc)
         n = len(workload) - load_requests
         if cfg.limit is not None:
             n = min(n, cfg.limit)
@@ -1208,7 +1249,7 @@ def _load_setting(cfg: SweepConfig, setting: Setting, workload, cache_bytes: int
         oracle.close()
         built.close()
         raise
-    return _Opened(setting, built, oracle, run, settle, load_requests)
+    return _Opened(setting, built, oracle, run, settle, load_requests, load_counts)
 
 
 def run_setting(cfg: SweepConfig, setting: Setting, workload, cache_bytes: int, *,

@@ -679,6 +679,16 @@ class SarpStrategy(TombstoneOverlay):
             phases.phase(phases.ROUTING) if on else None,
             phases.phase(phases.VERIFY) if on else None)
 
+    def candidate_counts(self, block_ids: np.ndarray) -> tuple[int, int, int, int]:
+        """Paper Table 4's counts for one query, matched as :meth:`match` would and
+        counted apart: ``(routing entries used, candidates before filtering, after
+        filtering, retrieved)``.  Nothing is added to :meth:`stats` and nothing kept
+        for the next insert, so a harness can sample the candidate counts over a
+        bulk load (which routes nothing) without changing what the timed requests
+        count."""
+        counts = self._match_once(as_block_ids(block_ids))[5]
+        return int(counts[1]), int(counts[2]), int(counts[3]), int(counts[4])
+
     def _await_backfill(self, ended: int) -> bool:
         """Wait until every back-fill job booked so far has ended; False (at once) when
         none is outstanding and none has ended since ``ended`` jobs had: the entries

@@ -392,6 +392,42 @@ def test_paper_scale_loads_then_times_the_last_requests(small_paper, monkeypatch
     assert md["load_requests"] == p.load_requests
 
 
+def test_paper_scale_samples_table4_over_the_load_and_counts_it_apart(small_paper,
+                                                                     monkeypatch):
+    """sarp's candidate counts over queries spread across the load (which routes
+    nothing of its own) are figures of their own, judged against the paper; the
+    run phase's figures and answers are the same as without the samples."""
+    def sweep(samples):
+        monkeypatch.setattr(sweeps, "LOAD_MATCH_SAMPLES", samples)
+        cfg = sweeps.make_config("strategies", workload="codeact", engine="lmdb",
+                                 scale="paper", run_requests="100", strategies="sarp",
+                                 cap_rule="fixed")
+        res = sweeps.run_sweep(cfg)
+        _times, counts = res.suites()
+        return res, {b.get_name(): b.mean() for b in counts}
+
+    plain, plain_counts = sweep(0)
+    res, counts = sweep(300)
+    load = res.paper.load_requests
+    step = -(-load // 300)
+    assert counts["sarp-index-load-match-samples"] == -(-load // step) <= 300
+    assert counts["sarp-index-load-candidates-before-filtering"] > 1
+    assert "sarp-index-load-match-samples" not in plain_counts
+    for name, value in plain_counts.items():
+        if "-index-" in name:       # every run-phase counter as if no query was sampled
+            assert counts[name] == value, name
+    assert res.rows[0].result.hit_tokens == plain.rows[0].result.hit_tokens
+    assert res.rows[0].result.false_hits == 0
+    table = res.table()
+    assert f"and (rows ', load') over {int(counts['sarp-index-load-match-samples']):,} " in table
+    assert "candidates per routing entry before filtering, load" in table
+    assert ", load" not in plain.table()
+    from prefixbench.reports import sweeps as report
+    assert "index-load-candidates-before-filtering" in report.calibration(res.report(), "sarp")
+    assert "index-load-candidates-before-filtering" not in report.calibration(plain.report(),
+                                                                              "sarp")
+
+
 def test_paper_scale_settles_the_store_between_load_and_run(small_paper, monkeypatch):
     """The load's flushes and compactions finish before the timed run starts, once
     per setting, and the seconds that took are in the suites' metadata."""

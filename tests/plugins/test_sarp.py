@@ -1511,6 +1511,34 @@ def test_counters_count_a_match_and_an_insert_by_name():
         assert (d["inserts"], d["inserts_after_match"], d["insert_replans"]) == (2, 1, 1)
 
 
+def test_candidate_counts_are_a_matchs_and_leave_the_counters_and_the_next_insert_alone():
+    """``candidate_counts`` gives what a match adds to Table 4's counters, and adds
+    nothing itself: the counters, and the insert after it, are as without it."""
+    opts = dict(SMALL, backfill="sync", pruning_threshold=1)
+    seqs = [ids_of(t) for t in _fan(12, 5, 9)]
+
+    def built():
+        s = SarpStrategy(MemoryStore(), opts, meta_size=MS)
+        for i, ids in enumerate(seqs):
+            s.insert(ids, metas_of(ids, i))
+        return s
+
+    s, t = built(), built()
+    q = seqs[2]
+    before = s._c.as_dict()
+    got = s.candidate_counts(q)
+    assert s._c.as_dict() == before
+    t.match(q)
+    d = {k: t._c.as_dict()[k] - before[k] for k in before}
+    assert got == (d["entry_uses"], d["cand_before"], d["cand_after"], d["retrieved"])
+    assert got[0] >= 1 and got[1] >= got[2] >= 1
+    # the insert after it plans as after no match (nothing kept for it)
+    new = np.concatenate([q, ids_of(range(900, 917))])
+    s.insert(new, metas_of(new, 99))
+    assert s._c.as_dict()["inserts_after_match"] == before["inserts_after_match"]
+    assert s.match(new).n_blocks == len(new)
+
+
 def test_counters_restore_sets_known_names_and_refuse_unknown_ones():
     for mod in (_sarp, _sarp_ref):
         c = mod.Counters()
