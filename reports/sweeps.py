@@ -495,18 +495,21 @@ def calibration(res, setting) -> dict:
     paper, tol = _md_json(md, "table4_paper"), md.get("calibration_tolerance")
     if not isinstance(paper, list) or not isinstance(tol, (int, float)):
         return {}
+
+    def within(name, want):
+        """Whether ``name``'s median is within the tolerance of ``want``; None unmeasured."""
+        got = res.get(name, setting, t)
+        return None if got is None else abs(got.median - want) <= tol * want
+
     out = {}
     for (name, _), (load_name, _l), want in zip(TABLE4, TABLE4_LOAD, paper):
-        got = res.get(name, setting, t)
-        out[name] = (want, got is not None and abs(got.median - want) <= tol * want)
-        got = res.get(load_name, setting, t)
-        if got is not None:
-            out[load_name] = (want, abs(got.median - want) <= tol * want)
+        out[name] = (want, bool(within(name, want)))
+        ok = within(load_name, want)
+        if ok is not None:
+            out[load_name] = (want, ok)
     want = md.get("span_share_paper")
     if isinstance(want, (int, float)):
-        got = res.get("span-share-gt3", setting, t)
-        out["span-share-gt3"] = (want, None if got is None
-                                 else abs(got.median - want) <= tol * want)
+        out["span-share-gt3"] = (want, within("span-share-gt3", want))
     return out
 
 
